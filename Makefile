@@ -1,0 +1,45 @@
+# redpacket: PGXS build and test wiring.
+#
+#   make && sudo make install        build and install into the pg_config below
+#   make installcheck                pg_regress, isolation and TAP suites, each on
+#                                    its own temporary instance (run as a non-root user)
+#   make stress / make bench         concurrency stress run / benchmark suite
+
+MODULE_big = redpacket
+OBJS = src/redpacket.o src/money.o src/stripe.o src/claim.o src/activity.o \
+       src/reconcile.o src/worker.o
+
+EXTENSION = redpacket
+DATA = sql/redpacket--1.0.sql
+PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
+
+PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
+
+PG_CPPFLAGS += -I$(srcdir)/src
+PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+             -Wno-missing-field-initializers
+
+# Every sql/*.sql except install scripts is a regression test; every
+# test/specs/*.spec an isolation test; every test/t/*.pl a TAP test.
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/redpacket--%,$(wildcard sql/*.sql))))
+REGRESS_OPTS = --load-extension=redpacket --temp-instance=./tmp_check \
+               --temp-config=test/regress.conf
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --load-extension=redpacket --inputdir=test --outputdir=test/output_iso \
+                 --temp-instance=./tmp_check_iso --temp-config=test/regress.conf
+TAP_TESTS = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: stress bench demo
+stress:
+	bash test/stress/run.sh
+bench:
+	bash test/bench/run.sh
+demo:
+	bash test/demo.sh
+
+# Every object depends on the shared header.
+$(OBJS): src/redpacket.h

@@ -1,0 +1,329 @@
+/*
+ * activity.c
+ *		The life of an activity: creation (validation, the stripes and the
+ *		funding entry in the ledger), freeze and unfreeze, and settlement, which
+ *		returns the unclaimed remainder to the funder exactly once, whether an
+ *		operator closes the activity or the reconciliation pass finds it
+ *		expired.  Anything that changes what claims may do takes every stripe
+ *		lock first, so it waits for claims in flight and they see it after.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+#include "redpacket.h"
+
+PG_FUNCTION_INFO_V1(rp_create_activity);
+PG_FUNCTION_INFO_V1(rp_close_activity);
+PG_FUNCTION_INFO_V1(rp_freeze);
+PG_FUNCTION_INFO_V1(rp_unfreeze);
+
+static RpPlan fetch_activity = {
+	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
+	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL"
+	"  FROM redpacket.activity a WHERE a.id = $1",
+	1, {INT8OID}
+};
+
+static RpPlan insert_activity = {
+	"INSERT INTO redpacket.activity"
+	"       (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+	8, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+/* Budget and packets spread evenly; the first stripes take the remainders. */
+static RpPlan insert_stripes = {
+	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
+	" SELECT $1, g, $2 / $4 + CASE WHEN g < $2 % $4 THEN 1 ELSE 0 END,"
+	"        ($3 / $4 + CASE WHEN g < $3 % $4 THEN 1 ELSE 0 END)::integer"
+	"   FROM generate_series(0, $4 - 1) g",
+	4, {INT8OID, INT8OID, INT8OID, INT4OID}
+};
+
+static RpPlan insert_ledger = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
+	" VALUES ($1, $2, $3, $4)",
+	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
+};
+
+static RpPlan insert_state = {
+	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)",
+	1, {INT8OID}
+};
+
+static RpPlan find_return = {
+	"SELECT 1 FROM redpacket.ledger WHERE activity_id = $1 AND kind = 'return'",
+	1, {INT8OID}
+};
+
+static RpPlan zero_stripes = {
+	"WITH z AS (SELECT stripe, balance FROM redpacket.stripe"
+	"            WHERE activity_id = $1 AND balance > 0)"
+	" UPDATE redpacket.stripe s SET balance = 0 FROM z"
+	"  WHERE s.activity_id = $1 AND s.stripe = z.stripe"
+	" RETURNING z.balance",
+	1, {INT8OID}
+};
+
+static RpPlan mark_closed = {
+	"UPDATE redpacket.activity SET closed_at = coalesce(closed_at, now())"
+	" WHERE id = $1",
+	1, {INT8OID}
+};
+
+static RpPlan set_frozen = {
+	"UPDATE redpacket.activity"
+	"   SET frozen_reason = $2, frozen_at = CASE WHEN $2 IS NULL THEN NULL ELSE now() END"
+	" WHERE id = $1",
+	2, {INT8OID, TEXTOID}
+};
+
+void
+RpNoNull(bool isnull, const char *what)
+{
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be NULL", what)));
+}
+
+/*
+ * Read columns 1-9 of row 0 of the last SPI result, laid out as in
+ * fetch_activity, into *act.
+ */
+void
+RpActivityFromRow(int64 id, RpActivity *act)
+{
+	bool		isnull;
+	Datum		d;
+
+	act->id = id;
+	act->scale = DatumGetInt32(RpGetDatum(0, 3, &isnull));
+	act->total_units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, 1, &isnull)),
+									   act->scale, "total");
+	d = RpGetDatum(0, 2, &isnull);
+	act->packets = isnull ? 0 : DatumGetInt32(d);
+	act->stripes = DatumGetInt32(RpGetDatum(0, 4, &isnull));
+	act->per_user_limit = DatumGetInt32(RpGetDatum(0, 5, &isnull));
+	act->starts_at = DatumGetTimestampTz(RpGetDatum(0, 6, &isnull));
+	d = RpGetDatum(0, 7, &isnull);
+	act->ends_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
+	act->closed = DatumGetBool(RpGetDatum(0, 8, &isnull));
+	act->frozen = DatumGetBool(RpGetDatum(0, 9, &isnull));
+}
+
+bool
+RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
+{
+	Datum		value = Int64GetDatum(id);
+
+	if (RpExec(&fetch_activity, &value, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read activity " INT64_FORMAT, id);
+	if (SPI_processed == 0)
+	{
+		if (missing_ok)
+			return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("activity " INT64_FORMAT " does not exist", id)));
+	}
+	RpActivityFromRow(id, act);
+	return true;
+}
+
+static void
+InsertLedger(int64 activity, const char *kind, int64 units, int scale, const char *reason)
+{
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(activity);
+	values[1] = CStringGetTextDatum(kind);
+	values[2] = NumericGetDatum(RpUnitsToAmount(units, scale));
+	values[3] = CStringGetTextDatum(reason);
+	if (RpExec(&insert_ledger, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write ledger entry");
+}
+
+/*
+ * Return the unclaimed remainder to the funder and mark the activity
+ * closed.  The caller holds every stripe lock, so no claim is in flight and
+ * no other settlement can run; an activity settled before gets nothing
+ * more (the ledger's unique index would refuse a second return anyway).
+ * Returns the remainder in minor units.
+ */
+int64
+RpSettle(const RpActivity *act, const char *reason)
+{
+	Datum		id = Int64GetDatum(act->id);
+	int64		remainder = 0;
+
+	if (RpExec(&find_return, &id, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read ledger");
+	if (SPI_processed == 0)
+	{
+		if (RpExec(&zero_stripes, &id, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not settle stripes");
+		for (uint64 i = 0; i < SPI_processed; i++)
+			remainder += RpGetInt64(i, 1, 0);
+		InsertLedger(act->id, "return", remainder, act->scale, reason);
+	}
+	if (RpExec(&mark_closed, &id, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not close activity");
+	return remainder;
+}
+
+static int32
+IntArg(FunctionCallInfo fcinfo, int argno, const char *what, int32 min, int32 max)
+{
+	int32		v;
+
+	RpNoNull(PG_ARGISNULL(argno), what);
+	v = PG_GETARG_INT32(argno);
+	if (v < min || v > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d", what, min, max),
+				 errdetail("Got %d.", v)));
+	return v;
+}
+
+Datum
+rp_create_activity(PG_FUNCTION_ARGS)
+{
+	int			scale;
+	int64		total_units;
+	int32		packets = 0;
+	int32		stripes;
+	int32		per_user_limit;
+	TimestampTz starts_at;
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int64		id;
+
+	RpNoNull(PG_ARGISNULL(0), "total");
+	scale = IntArg(fcinfo, 6, "scale", RP_MIN_SCALE, RP_MAX_SCALE);
+	per_user_limit = IntArg(fcinfo, 7, "per_user_limit", 1, PG_INT32_MAX);
+	stripes = PG_ARGISNULL(4) ? rp_default_stripes
+		: IntArg(fcinfo, 4, "stripes", RP_MIN_STRIPES, RP_MAX_STRIPES);
+	total_units = RpAmountToUnits(PG_GETARG_NUMERIC(0), scale, "total");
+
+	if (!PG_ARGISNULL(1))
+	{
+		packets = IntArg(fcinfo, 1, "packets", 1, PG_INT32_MAX);
+		if (total_units < packets)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("total is too small for %d packets", packets),
+					 errdetail("Every packet gets at least one minor unit, so total must be at least %d minor units at scale %d.",
+							   packets, scale)));
+	}
+
+	RpNoNull(PG_ARGISNULL(2), "starts_at");
+	starts_at = PG_GETARG_TIMESTAMPTZ(2);
+	if (!PG_ARGISNULL(3) && PG_GETARG_TIMESTAMPTZ(3) <= starts_at)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ends_at must be after starts_at")));
+
+	/* A stripe with no money or no packet could never pay anything. */
+	if (packets > 0 && stripes > packets)
+		stripes = packets;
+	if (stripes > total_units)
+		stripes = (int32) total_units;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	values[0] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
+	nulls[0] = PG_ARGISNULL(5) ? 'n' : ' ';
+	values[1] = NumericGetDatum(RpUnitsToAmount(total_units, scale));
+	values[2] = Int32GetDatum(packets);
+	nulls[2] = packets > 0 ? ' ' : 'n';
+	values[3] = Int32GetDatum(scale);
+	values[4] = Int32GetDatum(stripes);
+	values[5] = Int32GetDatum(per_user_limit);
+	values[6] = TimestampTzGetDatum(starts_at);
+	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
+	if (RpExec(&insert_activity, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert activity");
+	id = RpGetInt64(0, 1, 0);
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(id);
+	values[1] = Int64GetDatum(total_units);
+	values[2] = Int64GetDatum(packets);
+	values[3] = Int32GetDatum(stripes);
+	nulls[2] = packets > 0 ? ' ' : 'n';
+	if (RpExec(&insert_stripes, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert stripes");
+
+	InsertLedger(id, "fund", total_units, scale, "funded");
+	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert reconciliation state");
+
+	SPI_finish();
+	PG_RETURN_INT64(id);
+}
+
+Datum
+rp_close_activity(PG_FUNCTION_ARGS)
+{
+	RpActivity	act;
+	int64		remainder;
+
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
+	RpLockAllStripes(&act);
+	remainder = RpSettle(&act, "closed");
+	SPI_finish();
+	PG_RETURN_NUMERIC(RpUnitsToAmount(remainder, act.scale));
+}
+
+static void
+SetFrozen(int64 activity, text *reason)
+{
+	RpActivity	act;
+	Datum		values[2];
+	char		nulls[2] = {' ', reason ? ' ' : 'n'};
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) RpFetchActivity(activity, &act, false);
+	/* wait for claims in flight; later ones see the new state */
+	RpLockAllStripes(&act);
+	values[0] = Int64GetDatum(activity);
+	values[1] = PointerGetDatum(reason);
+	if (RpExec(&set_frozen, values, nulls, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update activity");
+	SPI_finish();
+}
+
+Datum
+rp_freeze(PG_FUNCTION_ARGS)
+{
+	text	   *reason;
+
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	RpNoNull(PG_ARGISNULL(1), "reason");
+	reason = PG_GETARG_TEXT_PP(1);
+	if (VARSIZE_ANY_EXHDR(reason) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reason must not be empty"),
+				 errhint("Say why the activity is held, for the operators who lift it.")));
+	SetFrozen(PG_GETARG_INT64(0), reason);
+	PG_RETURN_VOID();
+}
+
+Datum
+rp_unfreeze(PG_FUNCTION_ARGS)
+{
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	SetFrozen(PG_GETARG_INT64(0), NULL);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,410 @@
+/*
+ * claim.c
+ *		rp_claim and rp_claim_batch: one claim is the duplicate check, the
+ *		status checks in the order the SPEC lists them, a stripe decrement and
+ *		the unique claim insert, all in the caller's transaction with no
+ *		subtransaction.  Concurrent claims by one user are serialized by a
+ *		per-(activity, user) lock, so the duplicate and limit checks see every
+ *		committed claim of that user.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "redpacket.h"
+
+PG_FUNCTION_INFO_V1(rp_claim);
+PG_FUNCTION_INFO_V1(rp_claim_batch);
+
+/* Same order as the SQL enum redpacket.claim_status. */
+typedef enum RpStatus
+{
+	RP_DUPLICATE,
+	RP_FROZEN,
+	RP_NOT_STARTED,
+	RP_ENDED,
+	RP_USER_LIMIT,
+	RP_EXHAUSTED,
+	RP_CLAIMED,
+	RP_NSTATUS
+} RpStatus;
+
+static const char *const status_labels[RP_NSTATUS] = {
+	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed"
+};
+
+typedef struct RpOutcome
+{
+	RpStatus	status;
+	int64		claim_id;
+	int64		units;
+	int			scale;
+	TimestampTz claimed_at;
+} RpOutcome;
+
+/*
+ * The activity, the caller's claim under this idempotency key if any, in
+ * one statement.  Columns 1-9 are the activity as RpActivityFromRow reads it.
+ */
+static RpPlan lookup = {
+	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
+	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL,"
+	"       c.claim_id, c.amount, c.claimed_at"
+	"  FROM redpacket.activity a"
+	"  LEFT JOIN redpacket.claim c"
+	"    ON c.activity_id = a.id AND c.user_id = $2"
+	"   AND c.idempotency_key = CASE WHEN a.per_user_limit = 1 THEN '' ELSE $3 END"
+	" WHERE a.id = $1",
+	3, {INT8OID, TEXTOID, TEXTOID}
+};
+
+static RpPlan count_user = {
+	"SELECT count(*) FROM redpacket.claim WHERE activity_id = $1 AND user_id = $2",
+	2, {INT8OID, TEXTOID}
+};
+
+static RpPlan insert_claim = {
+	"INSERT INTO redpacket.claim"
+	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6, now())"
+	" ON CONFLICT (activity_id, user_id, idempotency_key) DO NOTHING"
+	" RETURNING claim_id, claimed_at",
+	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
+};
+
+/* Enum value OIDs of redpacket.claim_status, looked up once per type OID. */
+static Oid	status_type = InvalidOid;
+static Oid	status_oids[RP_NSTATUS];
+
+static Datum
+StatusDatum(Oid enumtype, RpStatus status)
+{
+	if (enumtype != status_type)
+	{
+		for (int i = 0; i < RP_NSTATUS; i++)
+		{
+			Oid			oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+											  ObjectIdGetDatum(enumtype),
+											  CStringGetDatum(status_labels[i]));
+
+			if (!OidIsValid(oid))
+				elog(ERROR, "redpacket.claim_status has no label \"%s\"", status_labels[i]);
+			status_oids[i] = oid;
+		}
+		status_type = enumtype;
+	}
+	return ObjectIdGetDatum(status_oids[status]);
+}
+
+static void
+CheckUserId(text *user_id)
+{
+	int			len = VARSIZE_ANY_EXHDR(user_id);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("user_id must not be empty")));
+	if (len > RP_MAX_USER_ID_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("user_id is too long"),
+				 errdetail("A user_id has at most %d bytes; this one has %d.",
+						   RP_MAX_USER_ID_BYTES, len)));
+}
+
+/*
+ * One claim.  Bad input raises an error before anything is written; every
+ * business outcome is a status.  Must be called inside SPI_connect.
+ */
+static void
+ClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
+		 RpOutcome *out)
+{
+	RpActivity	act;
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+	Datum		d;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int64		units = 0;
+	int			stripe = 0;
+	RpTakeResult took;
+
+	CheckUserId(user_id);
+	memset(out, 0, sizeof(*out));
+
+	/* Serialize this user's claims on this activity. */
+	(void) RpLock(RP_LOCK_USER, activity,
+				  hash_bytes((const unsigned char *) VARDATA_ANY(user_id),
+							 VARSIZE_ANY_EXHDR(user_id)),
+				  true);
+
+	values[0] = Int64GetDatum(activity);
+	values[1] = PointerGetDatum(user_id);
+	values[2] = PointerGetDatum(request_id);
+	if (request_id == NULL)
+		nulls[2] = 'n';
+	if (RpExec(&lookup, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up activity " INT64_FORMAT, activity);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("activity " INT64_FORMAT " does not exist", activity)));
+	RpActivityFromRow(activity, &act);
+	out->scale = act.scale;
+
+	/* Bad input first: nothing is written for it. */
+	if (amount != NULL)
+		units = RpAmountToUnits(amount, act.scale, "amount");
+	else if (act.packets == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("amount must be given for activity " INT64_FORMAT, activity),
+				 errdetail("A lucky draw (amount NULL) needs an activity created with packets."),
+				 errhint("Pass the amount to claim, or create the activity with packets.")));
+	if (act.per_user_limit > 1 && request_id == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("request_id is required for activity " INT64_FORMAT, activity),
+				 errdetail("The activity allows %d claims per user, so each claim is identified by its request_id.",
+						   act.per_user_limit)));
+
+	/* duplicate: the claim already held under this idempotency key */
+	d = RpGetDatum(0, 10, &isnull);
+	if (!isnull)
+	{
+		out->status = RP_DUPLICATE;
+		out->claim_id = DatumGetInt64(d);
+		out->units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, 11, &isnull)),
+									 act.scale, "amount");
+		out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 12, &isnull));
+		return;
+	}
+	if (act.frozen)
+	{
+		out->status = RP_FROZEN;
+		return;
+	}
+	if (now < act.starts_at)
+	{
+		out->status = RP_NOT_STARTED;
+		return;
+	}
+	if (act.closed || now >= act.ends_at)
+	{
+		out->status = RP_ENDED;
+		return;
+	}
+	if (act.per_user_limit > 1)
+	{
+		if (RpExec(&count_user, values, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not count claims");
+		if (RpGetInt64(0, 1, 0) >= act.per_user_limit)
+		{
+			out->status = RP_USER_LIMIT;
+			return;
+		}
+	}
+
+	took = RpTake(&act, &units, &stripe);
+	switch (took)
+	{
+		case RP_TAKE_OK:
+			break;
+		case RP_TAKE_EXHAUSTED:
+			out->status = RP_EXHAUSTED;
+			return;
+		case RP_TAKE_FROZEN:
+			out->status = RP_FROZEN;
+			return;
+		case RP_TAKE_ENDED:
+			out->status = RP_ENDED;
+			return;
+	}
+
+	values[2] = PointerGetDatum(request_id);
+	values[3] = act.per_user_limit == 1 ? CStringGetTextDatum("") : PointerGetDatum(request_id);
+	values[4] = NumericGetDatum(RpUnitsToAmount(units, act.scale));
+	values[5] = Int32GetDatum(stripe);
+	if (RpExec(&insert_claim, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert claim");
+
+	/*
+	 * The user lock makes a conflict impossible under READ COMMITTED; under
+	 * REPEATABLE READ ON CONFLICT itself raises a serialization failure for
+	 * a claim committed after our snapshot.  Either way the stripe decrement
+	 * above must not commit without its claim row.
+	 */
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize claim of user \"%s\" on activity " INT64_FORMAT,
+						text_to_cstring(user_id), activity),
+				 errhint("Retry the transaction.")));
+
+	out->status = RP_CLAIMED;
+	out->units = units;
+	out->claim_id = RpGetInt64(0, 1, 0);
+	out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
+}
+
+/* Fill the four output columns status, claim_id, amount, claimed_at. */
+static void
+OutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls)
+{
+	bool		has_claim = (o->status == RP_CLAIMED || o->status == RP_DUPLICATE);
+
+	values[0] = StatusDatum(statustype, o->status);
+	nulls[0] = false;
+	values[1] = Int64GetDatum(o->claim_id);
+	values[2] = has_claim ? NumericGetDatum(RpUnitsToAmount(o->units, o->scale)) : (Datum) 0;
+	values[3] = TimestampTzGetDatum(o->claimed_at);
+	nulls[1] = nulls[2] = nulls[3] = !has_claim;
+}
+
+Datum
+rp_claim(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	RpOutcome	out;
+	Datum		values[4];
+	bool		nulls[4];
+
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	RpNoNull(PG_ARGISNULL(1), "user_id");
+
+	if (tupdesc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = tupdesc;
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	ClaimOne(PG_GETARG_INT64(0), PG_GETARG_TEXT_PP(1),
+			 PG_ARGISNULL(2) ? NULL : PG_GETARG_NUMERIC(2),
+			 PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3),
+			 &out);
+	SPI_finish();
+
+	OutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* Deconstruct an optional array argument, checking its length. */
+static void
+BatchArray(FunctionCallInfo fcinfo, int argno, Oid elemtype, int nelems,
+		   const char *what, Datum **elems, bool **nulls)
+{
+	ArrayType  *arr;
+	int			n;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	*elems = NULL;
+	*nulls = NULL;
+	if (PG_ARGISNULL(argno))
+		return;
+	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, nulls, &n);
+	if (n != nelems)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s has %d elements but user_ids has %d", what, n, nelems),
+				 errdetail("The arrays of one batch must have the same length.")));
+}
+
+Datum
+rp_claim_batch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int64		activity;
+	Datum	   *users;
+	bool	   *user_nulls;
+	Datum	   *amounts;
+	bool	   *amount_nulls;
+	Datum	   *requests;
+	bool	   *request_nulls;
+	int			n = 0;
+	Oid			statustype;
+	MemoryContext elemcxt;
+
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	RpNoNull(PG_ARGISNULL(1), "user_ids");
+	activity = PG_GETARG_INT64(0);
+
+	InitMaterializedSRF(fcinfo, 0);
+	statustype = TupleDescAttr(rsinfo->setDesc, 2)->atttypid;
+
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("user_ids must be a one-dimensional array")));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &users, &user_nulls, &n);
+	}
+	BatchArray(fcinfo, 2, NUMERICOID, n, "amounts", &amounts, &amount_nulls);
+	BatchArray(fcinfo, 3, TEXTOID, n, "request_ids", &requests, &request_nulls);
+	for (int i = 0; i < n; i++)
+		if (user_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("user_ids[%d] must not be NULL", i + 1)));
+
+	/* Per-element scratch memory is reset after each element. */
+	elemcxt = AllocSetContextCreate(CurrentMemoryContext, "redpacket batch element",
+									ALLOCSET_SMALL_SIZES);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	for (int i = 0; i < n; i++)
+	{
+		RpOutcome	out;
+		Datum		values[6];
+		bool		nulls[6];
+		MemoryContext old = MemoryContextSwitchTo(elemcxt);
+
+		ClaimOne(activity, DatumGetTextPP(users[i]),
+				 (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]),
+				 (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]),
+				 &out);
+		SPI_freetuptable(SPI_tuptable);
+
+		values[0] = Int32GetDatum(i + 1);
+		nulls[0] = false;
+		values[1] = users[i];
+		nulls[1] = false;
+		OutcomeColumns(&out, statustype, values + 2, nulls + 2);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(elemcxt);
+	}
+	SPI_finish();
+	MemoryContextDelete(elemcxt);
+
+	return (Datum) 0;
+}

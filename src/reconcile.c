@@ -1,0 +1,291 @@
+/*
+ * reconcile.c
+ *		The reconciliation pass, shared by rp_reconcile() and the background
+ *		worker.  For each activity it proves the ledger identity
+ *		funded - returned - sum(claims) = sum(stripe balances), the packet
+ *		identity, the claim count and that no stripe is negative, while it
+ *		holds every stripe lock of that activity (so no claim is in flight and
+ *		what it reads is one consistent state).  It is incremental: a
+ *		per-activity watermark keeps the running sums of claims already
+ *		checked, so a pass reads only claims newer than the last one.  Claim ids
+ *		come from an uncached sequence and are drawn under a stripe lock, so
+ *		every claim committed after the pass has a larger id than the
+ *		watermark.  The same pass settles expired activities.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+
+#include "redpacket.h"
+
+PG_FUNCTION_INFO_V1(rp_reconcile);
+
+/*
+ * Activities a pass over all looks at: every one not yet settled and
+ * reconciled clean since, plus any with claims past its watermark.  Settled
+ * activities whose last pass was clean are final; a full check (or naming
+ * the activity) still re-proves them.
+ */
+static RpPlan pending = {
+	"SELECT a.id FROM redpacket.activity a"
+	"  JOIN redpacket.reconcile_state r ON r.activity_id = a.id"
+	" WHERE $1 OR NOT r.settled OR r.last_pass_at IS NULL"
+	"    OR EXISTS (SELECT 1 FROM redpacket.claim c"
+	"                WHERE c.activity_id = a.id AND c.claim_id > r.last_claim_id)"
+	" ORDER BY a.id",
+	1, {BOOLOID}
+};
+
+static RpPlan read_state = {
+	"SELECT last_claim_id, claimed, claim_count FROM redpacket.reconcile_state"
+	" WHERE activity_id = $1",
+	1, {INT8OID}
+};
+
+/*
+ * One statement computes the whole check from the watermark ($2, $3, $4:
+ * last claim id, claimed sum and claim count up to it).
+ */
+static RpPlan check = {
+	"WITH l AS (SELECT coalesce(sum(amount) FILTER (WHERE kind = 'fund'), 0) AS funded,"
+	"                  coalesce(sum(amount) FILTER (WHERE kind = 'return'), 0) AS returned"
+	"             FROM redpacket.ledger WHERE activity_id = $1),"
+	"     c AS (SELECT coalesce(sum(amount), 0) AS amount, count(*) AS n,"
+	"                  coalesce(max(claim_id), $2) AS last_id"
+	"             FROM redpacket.claim WHERE activity_id = $1 AND claim_id > $2),"
+	"     s AS (SELECT coalesce(sum(balance), 0) AS balance, sum(packets) AS packets,"
+	"                  coalesce(sum(claims), 0)::bigint AS claims,"
+	"                  count(*) FILTER (WHERE balance < 0 OR packets < 0) AS negative"
+	"             FROM redpacket.stripe WHERE activity_id = $1)"
+	" SELECT l.funded - l.returned - ($3 + c.amount) AS expected,"
+	"        round(s.balance / (10::numeric ^ a.scale), a.scale) AS actual,"
+	"        a.packets - ($4 + c.n) AS expected_packets,"
+	"        s.packets::bigint AS actual_packets,"
+	"        $4 + c.n AS expected_claims, s.claims AS actual_claims,"
+	"        s.negative, c.n AS new_claims, c.last_id, $3 + c.amount AS claimed"
+	"   FROM redpacket.activity a, l, c, s WHERE a.id = $1",
+	4, {INT8OID, INT8OID, NUMERICOID, INT8OID}
+};
+
+static RpPlan record = {
+	"INSERT INTO redpacket.reconciliation"
+	"       (activity_id, checked_at, full_check, expected, actual, drift,"
+	"        expected_packets, actual_packets, expected_claims, actual_claims,"
+	"        negative_stripes, new_claims, ok)"
+	" VALUES ($1, $2, $3, $4, $5, $5 - $4, $6, $7, $8, $9, $10, $11,"
+	"         $4 = $5 AND $6 IS NOT DISTINCT FROM $7 AND $8 = $9 AND $10 = 0)"
+	" RETURNING *",
+	11, {INT8OID, TIMESTAMPTZOID, BOOLOID, NUMERICOID, NUMERICOID, INT8OID, INT8OID,
+	INT8OID, INT8OID, INT4OID, INT8OID}
+};
+
+static RpPlan advance = {
+	"UPDATE redpacket.reconcile_state"
+	"   SET last_claim_id = $2, claimed = $3, claim_count = $4, settled = $5,"
+	"       last_pass_at = $6"
+	" WHERE activity_id = $1",
+	6, {INT8OID, INT8OID, NUMERICOID, INT8OID, BOOLOID, TIMESTAMPTZOID}
+};
+
+static RpPlan alert = {
+	"SELECT pg_notify('redpacket_alert', json_build_object("
+	"         'activity', $1, 'expected', $2, 'actual', $3, 'drift', $3 - $2,"
+	"         'checked_at', $4, 'pass_id', $5)::text)",
+	5, {INT8OID, NUMERICOID, NUMERICOID, TIMESTAMPTZOID, INT8OID}
+};
+
+static RpPlan freeze = {
+	"UPDATE redpacket.activity"
+	"   SET frozen_reason = $2, frozen_at = now()"
+	" WHERE id = $1 AND frozen_reason IS NULL",
+	2, {INT8OID, TEXTOID}
+};
+
+static char *
+NumText(Datum n)
+{
+	return DatumGetCString(DirectFunctionCall1(numeric_out, n));
+}
+
+/* Reconcile one activity; returns the recorded row's ok flag. */
+static bool
+ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
+{
+	RpActivity	act;
+	Datum		values[11];
+	char		nulls[11];
+	bool		isnull;
+	bool		settled;
+	bool		ok;
+	TimestampTz checked_at = GetCurrentTimestamp();
+	Datum		expected,
+				actual;
+	int64		pass_id;
+
+	(void) RpFetchActivity(activity, &act, false);
+	RpLockAllStripes(&act);
+
+	/* settle an activity whose time is up (exactly once: see RpSettle) */
+	settled = act.closed;
+	if (!act.closed && act.ends_at <= GetCurrentTransactionStartTimestamp())
+	{
+		(void) RpSettle(&act, "expired");
+		settled = true;
+	}
+
+	values[0] = Int64GetDatum(activity);
+	if (full_check)
+	{
+		values[1] = Int64GetDatum(0);
+		values[2] = NumericGetDatum(int64_to_numeric(0));
+		values[3] = Int64GetDatum(0);
+	}
+	else
+	{
+		if (RpExec(&read_state, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("activity " INT64_FORMAT " has no reconciliation state", activity)));
+		values[1] = Int64GetDatum(RpGetInt64(0, 1, 0));
+		values[2] = datumCopy(RpGetDatum(0, 2, &isnull), false, -1);
+		values[3] = Int64GetDatum(RpGetInt64(0, 3, 0));
+	}
+	if (RpExec(&check, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "reconciliation check of activity " INT64_FORMAT " returned no row", activity);
+
+	/* $1 activity, $2 checked_at, $3 full, $4.. from the check's columns */
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(activity);
+	values[1] = TimestampTzGetDatum(checked_at);
+	values[2] = BoolGetDatum(full_check);
+	for (int col = 1; col <= 8; col++)
+	{
+		Datum		d = RpGetDatum(0, col, &isnull);
+
+		if (col <= 2)
+			d = isnull ? d : datumCopy(d, false, -1);
+		values[2 + col] = d;
+		nulls[2 + col] = isnull ? 'n' : ' ';
+	}
+	{
+		/* watermark for the next pass: last id, claimed sum, claim count */
+		Datum		adv[6];
+
+		adv[0] = Int64GetDatum(activity);
+		adv[1] = Int64GetDatum(RpGetInt64(0, 9, 0));
+		adv[2] = datumCopy(RpGetDatum(0, 10, &isnull), false, -1);
+		adv[3] = Int64GetDatum(RpGetInt64(0, 5, 0));
+		adv[4] = BoolGetDatum(settled);
+		adv[5] = TimestampTzGetDatum(checked_at);
+
+		/* the type of negative_stripes is integer in the record */
+		values[9] = Int32GetDatum((int32) DatumGetInt64(values[9]));
+
+		if (RpExec(&record, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "could not record reconciliation");
+		if (out)
+			tuplestore_puttuple(out, SPI_tuptable->vals[0]);
+		ok = DatumGetBool(RpGetDatum(0, 14, &isnull));
+		pass_id = RpGetInt64(0, 2, 0);
+
+		if (RpExec(&advance, adv, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not advance reconciliation state");
+	}
+
+	expected = values[3];
+	actual = values[4];
+	if (!ok)
+	{
+		Datum		a[5];
+
+		ereport(WARNING,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("redpacket reconciliation of activity " INT64_FORMAT " failed", activity),
+				 errdetail("Expected balance %s, stripes hold %s (drift %s); packets expected %s, held %s; claims %s, counted on stripes %s; %d negative stripes.",
+						   NumText(expected), NumText(actual),
+						   NumText(DirectFunctionCall2(numeric_sub, actual, expected)),
+						   nulls[5] == 'n' ? "-" : psprintf(INT64_FORMAT, DatumGetInt64(values[5])),
+						   nulls[6] == 'n' ? "-" : psprintf(INT64_FORMAT, DatumGetInt64(values[6])),
+						   psprintf(INT64_FORMAT, DatumGetInt64(values[7])),
+						   psprintf(INT64_FORMAT, DatumGetInt64(values[8])),
+						   DatumGetInt32(values[9])),
+				 errhint("The activity is frozen when redpacket.freeze_on_mismatch is on; investigate, then call redpacket.rp_unfreeze.")));
+
+		a[0] = Int64GetDatum(activity);
+		a[1] = expected;
+		a[2] = actual;
+		a[3] = TimestampTzGetDatum(checked_at);
+		a[4] = Int64GetDatum(pass_id);
+		if (RpExec(&alert, a, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not send redpacket_alert");
+
+		if (rp_freeze_on_mismatch)
+		{
+			a[1] = CStringGetTextDatum(psprintf("reconciliation mismatch at pass " INT64_FORMAT,
+												pass_id));
+			if (RpExec(&freeze, a, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "could not freeze activity");
+		}
+	}
+
+	/* Nothing was written to the stripes unless the activity was settled. */
+	if (!(settled && !act.closed))
+		for (int s = 0; s < act.stripes; s++)
+			RpUnlock(RP_LOCK_STRIPE, act.id, (uint32) s);
+	return ok;
+}
+
+/*
+ * One pass over one activity (activity > 0) or all pending ones.  Returns
+ * the number of activities checked, or -1 when another pass holds the
+ * reconciliation lock.  Must be called inside SPI_connect.
+ */
+int
+RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
+{
+	int64	   *ids;
+	int			n;
+
+	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
+		return -1;
+
+	if (activity > 0)
+	{
+		ids = palloc(sizeof(int64));
+		ids[0] = activity;
+		n = 1;
+	}
+	else
+	{
+		Datum		all = BoolGetDatum(full_check);
+
+		if (RpExec(&pending, &all, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not list activities to reconcile");
+		n = (int) SPI_processed;
+		ids = palloc(sizeof(int64) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			ids[i] = RpGetInt64(i, 1, 0);
+	}
+
+	for (int i = 0; i < n; i++)
+		(void) ReconcileOne(ids[i], full_check, out, outdesc);
+	return n;
+}
+
+Datum
+rp_reconcile(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		full_check = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) RpReconcilePass(PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0), full_check,
+						   rsinfo->setResult, rsinfo->setDesc);
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,119 @@
+/*
+ * redpacket.h
+ *		Declarations shared by the redpacket subsystems: GUCs, money
+ *		conversion, the extension's lock space, stripe operations, cached SPI
+ *		plans, the reconciliation pass and the background worker.
+ */
+#ifndef REDPACKET_H
+#define REDPACKET_H
+
+#include "fmgr.h"
+#include "executor/spi.h"
+#include "storage/lock.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+/* Version shims: keep anything major-specific here. */
+#if PG_VERSION_NUM < 150000
+#error "redpacket requires PostgreSQL 15 or later"
+#endif
+
+#if PG_VERSION_NUM >= 170000
+#define RpMyProcNumber MyProcNumber
+#else
+#define RpMyProcNumber (MyProc->pgprocno)
+#endif
+
+/* GUC bounds and defaults */
+#define RP_DEFAULT_STRIPES 16
+#define RP_MIN_STRIPES 1
+#define RP_MAX_STRIPES 1024
+#define RP_DEFAULT_RECONCILE_INTERVAL 60
+#define RP_MIN_RECONCILE_INTERVAL 0
+#define RP_MAX_RECONCILE_INTERVAL 86400
+#define RP_MIN_SCALE 0
+#define RP_MAX_SCALE 4
+#define RP_MAX_USER_ID_BYTES 256
+
+extern int	rp_default_stripes;
+extern int	rp_reconcile_interval;
+extern char *rp_database;
+extern bool rp_freeze_on_mismatch;
+
+/*
+ * Lock space.  Every lock redpacket takes is a transaction-scoped
+ * LOCKTAG_ADVISORY whose field4 is one of these kinds.  pg_advisory_lock()
+ * uses field4 = 1 (bigint key) and 2 (two int4 keys) only, so no key an
+ * application picks can collide with ours.
+ */
+typedef enum RpLockKind
+{
+	RP_LOCK_STRIPE = 0x5201,	/* one stripe of one activity */
+	RP_LOCK_USER = 0x5202,		/* one (activity, user) pair, hashed */
+	RP_LOCK_RECONCILE = 0x5203	/* the single reconciliation pass */
+} RpLockKind;
+
+extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
+extern void RpUnlock(RpLockKind kind, int64 activity, uint32 sub);
+
+/* money.c: numeric <-> integer minor units, no float anywhere */
+extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
+extern Numeric RpUnitsToAmount(int64 units, int scale);
+extern int64 RpScaleFactor(int scale);
+
+/* A plan prepared once per backend and kept across calls. */
+typedef struct RpPlan
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[12];
+	SPIPlanPtr	plan;
+} RpPlan;
+
+extern SPIPlanPtr RpPrepared(RpPlan *p);
+extern int	RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count);
+extern Datum RpGetDatum(int row, int col, bool *isnull);
+extern int64 RpGetInt64(int row, int col, int64 if_null);
+
+/* The activity row as rp_claim and friends need it. */
+typedef struct RpActivity
+{
+	int64		id;
+	int64		total_units;
+	int32		packets;		/* 0 when there is no packet cap */
+	int			scale;
+	int			stripes;
+	int			per_user_limit;
+	TimestampTz starts_at;
+	TimestampTz ends_at;		/* DT_NOEND when open-ended */
+	bool		closed;
+	bool		frozen;
+} RpActivity;
+
+/* activity.c */
+extern void RpActivityFromRow(int64 id, RpActivity *act);
+extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
+extern void RpNoNull(bool isnull, const char *what);
+extern int64 RpSettle(const RpActivity *act, const char *reason);
+
+/* stripe.c: picking, decrementing and gathering stripes of one activity */
+typedef enum RpTakeResult
+{
+	RP_TAKE_OK,
+	RP_TAKE_EXHAUSTED,
+	RP_TAKE_FROZEN,				/* frozen since the activity was read */
+	RP_TAKE_ENDED				/* closed since the activity was read */
+} RpTakeResult;
+
+extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe);
+extern void RpLockAllStripes(const RpActivity *act);
+
+/* reconcile.c */
+extern int	RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc);
+
+/* worker.c */
+extern void RpRegisterWorker(void);
+PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
+
+#endif							/* REDPACKET_H */

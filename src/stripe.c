@@ -1,0 +1,352 @@
+/*
+ * stripe.c
+ *		Taking money from an activity's stripes (sub-balances).  A claim first
+ *		tries stripes one by one with a non-blocking lock, starting from a
+ *		per-backend spread so that concurrent claimers land on different rows,
+ *		and waits only when every stripe it tried was busy.  When the stripe it
+ *		holds cannot cover the claim, it locks every stripe in stripe order (so
+ *		two gatherers never deadlock) and takes the amount from several: an
+ *		activity is exhausted only when all its stripes together cannot pay.
+ *		Lucky draws use the double-mean method within one stripe.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+
+#include "redpacket.h"
+
+/* Failed fast-path attempts before a claim gathers across all stripes. */
+#define RP_FAST_PROBES 4
+
+/*
+ * The fast path refuses a stripe of a frozen or closed activity, so that a
+ * claim that read the activity before a freeze or close committed still
+ * sees it once it holds its stripe (both take every stripe lock).
+ */
+static RpPlan take_fixed = {
+	"UPDATE redpacket.stripe"
+	"   SET balance = balance - $3, packets = packets - 1, claims = claims + 1"
+	" WHERE activity_id = $1 AND stripe = $2 AND balance >= $3"
+	"   AND (packets IS NULL OR packets > 0)"
+	"   AND NOT EXISTS (SELECT 1 FROM redpacket.activity a WHERE a.id = $1"
+	"                   AND (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL))",
+	3, {INT8OID, INT4OID, INT8OID}
+};
+
+static RpPlan read_stripe = {
+	"SELECT s.balance, s.packets"
+	"  FROM redpacket.stripe s"
+	" WHERE s.activity_id = $1 AND s.stripe = $2"
+	"   AND NOT EXISTS (SELECT 1 FROM redpacket.activity a WHERE a.id = $1"
+	"                   AND (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL))",
+	2, {INT8OID, INT4OID}
+};
+
+static RpPlan read_all = {
+	"SELECT s.stripe, s.balance, coalesce(s.packets, 0)"
+	"  FROM redpacket.stripe s WHERE s.activity_id = $1 ORDER BY s.stripe",
+	1, {INT8OID}
+};
+
+static RpPlan read_halt = {
+	"SELECT a.frozen_reason IS NOT NULL, a.closed_at IS NOT NULL"
+	"  FROM redpacket.activity a WHERE a.id = $1",
+	1, {INT8OID}
+};
+
+static RpPlan debit = {
+	"UPDATE redpacket.stripe"
+	"   SET balance = balance - $3, packets = packets - $4, claims = claims + $5"
+	" WHERE activity_id = $1 AND stripe = $2",
+	5, {INT8OID, INT4OID, INT8OID, INT4OID, INT8OID}
+};
+
+/* Per-backend state: where the next claim starts, and the draw generator. */
+static uint32 spread_counter = 0;
+static LocalTransactionId sticky_lxid = InvalidLocalTransactionId;
+static int64 sticky_activity = 0;
+static int	sticky_stripe = 0;
+static pg_prng_state draw_prng;
+static bool draw_prng_seeded = false;
+
+/*
+ * Where a claim starts probing.  Inside one transaction a backend keeps
+ * using the stripe it already holds, so a transaction making many claims
+ * pins one stripe instead of all of them.
+ */
+static int
+StartStripe(const RpActivity *act)
+{
+	if (sticky_lxid == MyProc->lxid && sticky_activity == act->id)
+		return sticky_stripe % act->stripes;
+	return (int) (((uint32) RpMyProcNumber * 7u + spread_counter++) % (uint32) act->stripes);
+}
+
+static void
+RememberStripe(const RpActivity *act, int stripe)
+{
+	sticky_lxid = MyProc->lxid;
+	sticky_activity = act->id;
+	sticky_stripe = stripe;
+}
+
+/*
+ * The double-mean draw in minor units: uniform in [1, max] where max is
+ * twice the mean remaining per packet, capped so that every other packet
+ * can still get one unit; the last packet takes the exact remainder.
+ */
+static int64
+DrawUnits(int64 balance, int64 packets)
+{
+	int64		max;
+
+	Assert(packets >= 1 && balance >= packets);
+	if (packets == 1)
+		return balance;
+
+	if (!draw_prng_seeded)
+	{
+		if (!pg_prng_strong_seed(&draw_prng))
+			pg_prng_seed(&draw_prng, (uint64) MyProcPid ^ (uint64) GetCurrentTimestamp());
+		draw_prng_seeded = true;
+	}
+
+	/* 2 * balance / packets without overflowing */
+	max = (balance / packets) * 2 + ((balance % packets) * 2) / packets;
+	if (max > balance - (packets - 1))
+		max = balance - (packets - 1);
+	if (max < 1)
+		max = 1;
+	return (int64) pg_prng_uint64_range(&draw_prng, 1, (uint64) max);
+}
+
+static void
+Debit(const RpActivity *act, int stripe, int64 units, int32 packets, int64 claims)
+{
+	Datum		values[5];
+
+	values[0] = Int64GetDatum(act->id);
+	values[1] = Int32GetDatum(stripe);
+	values[2] = Int64GetDatum(units);
+	values[3] = Int32GetDatum(packets);
+	values[4] = Int64GetDatum(claims);
+	if (RpExec(&debit, values, NULL, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "stripe %d of activity " INT64_FORMAT " is missing", stripe, act->id);
+}
+
+/*
+ * Try to take the claim from one stripe whose lock we hold.  *units is the
+ * fixed amount, or 0 for a lucky draw (then set to the drawn amount).
+ */
+static bool
+TryStripe(const RpActivity *act, int stripe, int64 *units)
+{
+	Datum		values[3];
+	int64		balance;
+	int64		packets;
+
+	values[0] = Int64GetDatum(act->id);
+	values[1] = Int32GetDatum(stripe);
+
+	if (*units > 0)
+	{
+		values[2] = Int64GetDatum(*units);
+		if (RpExec(&take_fixed, values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "could not update stripe %d", stripe);
+		return SPI_processed == 1;
+	}
+
+	if (RpExec(&read_stripe, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read stripe %d", stripe);
+	if (SPI_processed != 1)
+		return false;
+	balance = RpGetInt64(0, 1, 0);
+	packets = RpGetInt64(0, 2, 0);
+	if (packets < 1)
+		return false;
+	*units = DrawUnits(balance, packets);
+	Debit(act, stripe, *units, 1, 1);
+	return true;
+}
+
+void
+RpLockAllStripes(const RpActivity *act)
+{
+	for (int s = 0; s < act->stripes; s++)
+		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
+}
+
+static void
+UnlockStripesExcept(const RpActivity *act, const bool *keep)
+{
+	for (int s = 0; s < act->stripes; s++)
+		if (!keep[s])
+			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+}
+
+/*
+ * Slow path: with every stripe locked, look at the whole activity.  The
+ * stripes we end up not writing are unlocked again before returning.
+ */
+static RpTakeResult
+GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
+{
+	int			n = act->stripes;
+	int64	   *balance = palloc(sizeof(int64) * n);
+	int64	   *packets = palloc(sizeof(int64) * n);
+	int64	   *take = palloc0(sizeof(int64) * n);
+	bool	   *keep = palloc0(sizeof(bool) * n);
+	int64		total_balance = 0;
+	int			primary = -1;
+	Datum		id = Int64GetDatum(act->id);
+	bool		isnull;
+	RpTakeResult result;
+
+	RpLockAllStripes(act);
+
+	/* A freeze or close may have committed since the activity was read. */
+	if (RpExec(&read_halt, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "activity " INT64_FORMAT " disappeared", act->id);
+	if (DatumGetBool(RpGetDatum(0, 1, &isnull)))
+		result = RP_TAKE_FROZEN;
+	else if (DatumGetBool(RpGetDatum(0, 2, &isnull)))
+		result = RP_TAKE_ENDED;
+	else
+		result = RP_TAKE_EXHAUSTED;
+	if (result != RP_TAKE_EXHAUSTED)
+	{
+		UnlockStripesExcept(act, keep);
+		return result;
+	}
+
+	if (RpExec(&read_all, &id, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) n)
+		elog(ERROR, "activity " INT64_FORMAT " has " UINT64_FORMAT " stripes, expected %d",
+			 act->id, SPI_processed, n);
+	for (int i = 0; i < n; i++)
+	{
+		balance[i] = RpGetInt64(i, 2, 0);
+		packets[i] = RpGetInt64(i, 3, 0);
+		total_balance += balance[i];
+	}
+
+	/* The packet (and the claim count) goes to the first able stripe. */
+	for (int i = 0; i < n && primary < 0; i++)
+	{
+		int			s = (start + i) % n;
+
+		if (act->packets == 0 ? balance[s] > 0 : packets[s] > 0)
+			primary = s;
+	}
+
+	if (*units == 0)
+	{
+		/* lucky draw: stays within one stripe that still has packets */
+		if (primary >= 0)
+		{
+			*units = DrawUnits(balance[primary], packets[primary]);
+			take[primary] = *units;
+		}
+	}
+	else if (primary >= 0 && total_balance >= *units)
+	{
+		int64		left = *units;
+
+		/* prefer one stripe that covers it all, else largest first */
+		if (balance[primary] < left)
+		{
+			for (int s = 0; s < n; s++)
+				if (balance[s] >= left && (act->packets == 0 || packets[s] > 0))
+				{
+					primary = s;
+					break;
+				}
+		}
+		take[primary] = Min(balance[primary], left);
+		left -= take[primary];
+		while (left > 0)
+		{
+			int			best = -1;
+			int64		more;
+
+			for (int s = 0; s < n; s++)
+				if (take[s] < balance[s] &&
+					(best < 0 || balance[s] - take[s] > balance[best] - take[best]))
+					best = s;
+			Assert(best >= 0);
+			more = Min(balance[best] - take[best], left);
+			take[best] += more;
+			left -= more;
+		}
+	}
+	else
+		primary = -1;
+
+	if (primary < 0)
+	{
+		UnlockStripesExcept(act, keep);
+		return RP_TAKE_EXHAUSTED;
+	}
+
+	for (int s = 0; s < n; s++)
+	{
+		if (take[s] == 0 && s != primary)
+			continue;
+		Debit(act, s, take[s], (act->packets != 0 && s == primary) ? 1 : 0,
+			  s == primary ? 1 : 0);
+		keep[s] = true;
+	}
+	UnlockStripesExcept(act, keep);
+	*stripe = primary;
+	RememberStripe(act, primary);
+	return RP_TAKE_OK;
+}
+
+/*
+ * Take a claim's money from the activity.  *units is the fixed amount, or 0
+ * for a lucky draw, in which case it returns the drawn amount.  On success
+ * *stripe is the stripe that paid, and its lock is held to the end of the
+ * transaction.
+ */
+RpTakeResult
+RpTake(const RpActivity *act, int64 *units, int *stripe)
+{
+	int			n = act->stripes;
+	int			start = StartStripe(act);
+	int			failed = 0;
+	bool		locked_any = false;
+
+	for (int i = 0; i < n && failed < RP_FAST_PROBES; i++)
+	{
+		int			s = (start + i) % n;
+
+		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+			continue;
+		locked_any = true;
+		if (TryStripe(act, s, units))
+		{
+			*stripe = s;
+			RememberStripe(act, s);
+			return RP_TAKE_OK;
+		}
+		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+		failed++;
+	}
+
+	/* Every stripe was busy: queue on the first one. */
+	if (!locked_any)
+	{
+		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) start, true);
+		if (TryStripe(act, start, units))
+		{
+			*stripe = start;
+			RememberStripe(act, start);
+			return RP_TAKE_OK;
+		}
+		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) start);
+	}
+
+	return GatherStripes(act, start, units, stripe);
+}
