@@ -290,6 +290,39 @@ LEFT JOIN LATERAL (
 COMMENT ON VIEW redpacket.activity_status IS
     'One row per activity for operators: state (scheduled, active, exhausted, ended, frozen), claimed and remaining amounts and packets, last reconciliation.';
 
+-- Role helpers ----------------------------------------------------------------
+-- Run by the extension owner (or a superuser): they grant exactly what the
+-- README's roles section describes, nothing more.
+
+CREATE FUNCTION redpacket.rp_grant_app(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text),'
+        ' redpacket.rp_claim_batch(bigint, text[], numeric[], text[]) TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
+    'Grants an application role what it needs to claim: USAGE on the schema and EXECUTE on rp_claim and rp_claim_batch.';
+
+CREATE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION'
+        ' redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer),'
+        ' redpacket.rp_close_activity(bigint), redpacket.rp_freeze(bigint, text),'
+        ' redpacket.rp_unfreeze(bigint), redpacket.rp_reconcile(bigint, boolean) TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT SELECT ON redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,'
+        ' redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_status TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
+    'Grants an operator role the admin functions (create, close, freeze, unfreeze, reconcile) and SELECT on the tables and the activity_status view.';
+
 -- Privileges: nothing for PUBLIC; the owner grants application and operator
 -- roles what they need (see rp_grant_app / rp_grant_operator).
 
