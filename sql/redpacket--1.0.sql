@@ -56,16 +56,21 @@ COMMENT ON COLUMN redpacket.activity.frozen_reason IS 'Non-NULL while the activi
 CREATE TABLE redpacket.stripe (
     activity_id bigint NOT NULL,
     stripe      integer NOT NULL,
-    balance     bigint NOT NULL CHECK (balance >= 0),
-    packets     integer CHECK (packets >= 0),
+    balance     bigint NOT NULL,
+    packets     integer,
     claims      bigint NOT NULL DEFAULT 0,
+    halted      boolean NOT NULL DEFAULT false,
     PRIMARY KEY (activity_id, stripe)
 ) WITH (fillfactor = 10);
+-- No CHECK constraints on stripe and claim: they would be recompiled for
+-- every claim statement, the C code never writes a negative balance, and
+-- reconciliation proves it on every pass.
 COMMENT ON TABLE redpacket.stripe IS
     'Sub-balances of each activity, in integer minor units; claims on one activity spread over these rows. Low fillfactor keeps updates HOT and stripes on separate pages.';
 COMMENT ON COLUMN redpacket.stripe.balance IS 'Remaining budget of this stripe in minor units (10^-scale of the currency unit).';
 COMMENT ON COLUMN redpacket.stripe.packets IS 'Remaining packets of this stripe; NULL when the activity has no packet cap.';
 COMMENT ON COLUMN redpacket.stripe.claims IS 'Claims recorded against this stripe.';
+COMMENT ON COLUMN redpacket.stripe.halted IS 'Copy of "the activity is frozen or closed", kept on every stripe so a claim checks it on the row it decrements.';
 
 -- No CACHE: the reconciliation watermark relies on claim ids of one
 -- activity being handed out in the order its stripe locks are granted.
@@ -77,7 +82,7 @@ CREATE TABLE redpacket.claim (
     user_id         text NOT NULL,
     request_id      text,
     idempotency_key text NOT NULL,
-    amount          numeric NOT NULL CHECK (amount > 0),
+    amount          numeric NOT NULL,
     stripe          integer NOT NULL,
     claimed_at      timestamptz NOT NULL,
     PRIMARY KEY (activity_id, claim_id),

@@ -9,8 +9,12 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
 
 #include "redpacket.h"
 
@@ -70,6 +74,15 @@ static RpPlan zero_stripes = {
 static RpPlan mark_closed = {
 	"UPDATE redpacket.activity SET closed_at = coalesce(closed_at, now())"
 	" WHERE id = $1",
+	1, {INT8OID}
+};
+
+/* Copy the activity's frozen-or-closed state onto its stripes. */
+static RpPlan sync_halt = {
+	"UPDATE redpacket.stripe s SET halted = a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL"
+	"  FROM redpacket.activity a"
+	" WHERE a.id = $1 AND s.activity_id = $1"
+	"   AND s.halted IS DISTINCT FROM (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)",
 	1, {INT8OID}
 };
 
@@ -133,6 +146,86 @@ RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
 	return true;
 }
 
+/*
+ * Backend-local cache of what never changes after creation: scale, stripes,
+ * packets, per-user limit and schedule.  It lets the fast claim path skip
+ * reading the activity row; frozen and closed are not cached (the claim
+ * statement checks them).  Any relcache invalidation of redpacket.activity
+ * (ALTER, DROP EXTENSION, ...) empties it.
+ */
+#define RP_META_CACHE_MAX 4096
+
+typedef struct RpMetaEntry
+{
+	int64		id;				/* hash key */
+	RpActivity	act;
+} RpMetaEntry;
+
+static HTAB *meta_cache = NULL;
+static Oid	meta_relid = InvalidOid;
+static bool meta_stale = false;
+static bool meta_callback_registered = false;
+
+static void
+MetaInvalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == meta_relid)
+		meta_stale = true;
+}
+
+bool
+RpActivityMeta(int64 id, RpActivity *act)
+{
+	RpMetaEntry *entry;
+	bool		found;
+
+	if (!meta_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(MetaInvalidate, (Datum) 0);
+		meta_callback_registered = true;
+	}
+	if (meta_cache != NULL && (meta_stale || hash_get_num_entries(meta_cache) >= RP_META_CACHE_MAX))
+	{
+		hash_destroy(meta_cache);
+		meta_cache = NULL;
+	}
+	if (meta_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(RpMetaEntry);
+		meta_cache = hash_create("redpacket activity metadata", 256, &ctl,
+								 HASH_ELEM | HASH_BLOBS);
+		meta_relid = get_relname_relid("activity", get_namespace_oid("redpacket", false));
+		meta_stale = false;
+	}
+
+	entry = hash_search(meta_cache, &id, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		RpActivity	fresh;
+
+		if (!RpFetchActivity(id, &fresh, true))
+			return false;
+		fresh.closed = fresh.frozen = false;
+		entry = hash_search(meta_cache, &id, HASH_ENTER, &found);
+		entry->act = fresh;
+	}
+	*act = entry->act;
+	return true;
+}
+
+/* The caller holds every stripe lock of the activity. */
+void
+RpSyncHalt(int64 activity)
+{
+	Datum		id = Int64GetDatum(activity);
+
+	if (RpExec(&sync_halt, &id, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not mark stripes of activity " INT64_FORMAT, activity);
+}
+
 static void
 InsertLedger(int64 activity, const char *kind, int64 units, int scale, const char *reason)
 {
@@ -171,6 +264,7 @@ RpSettle(const RpActivity *act, const char *reason)
 	}
 	if (RpExec(&mark_closed, &id, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not close activity");
+	RpSyncHalt(act->id);
 	return remainder;
 }
 
@@ -300,6 +394,7 @@ SetFrozen(int64 activity, text *reason)
 	values[1] = PointerGetDatum(reason);
 	if (RpExec(&set_frozen, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update activity");
+	RpSyncHalt(activity);
 	SPI_finish();
 }
 

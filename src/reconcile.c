@@ -228,11 +228,12 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 												pass_id));
 			if (RpExec(&freeze, a, NULL, false, 0) != SPI_OK_UPDATE)
 				elog(ERROR, "could not freeze activity");
+			RpSyncHalt(activity);
 		}
 	}
 
-	/* Nothing was written to the stripes unless the activity was settled. */
-	if (!(settled && !act.closed))
+	/* Keep the locks of stripes this pass wrote (settled or frozen them). */
+	if (ok && !(settled && !act.closed))
 		for (int s = 0; s < act.stripes; s++)
 			RpUnlock(RP_LOCK_STRIPE, act.id, (uint32) s);
 	return ok;

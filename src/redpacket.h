@@ -94,8 +94,10 @@ typedef struct RpActivity
 /* activity.c */
 extern void RpActivityFromRow(int64 id, RpActivity *act);
 extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
+extern bool RpActivityMeta(int64 id, RpActivity *act);
 extern void RpNoNull(bool isnull, const char *what);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
+extern void RpSyncHalt(int64 activity);
 
 /* stripe.c: picking, decrementing and gathering stripes of one activity */
 typedef enum RpTakeResult
@@ -103,10 +105,26 @@ typedef enum RpTakeResult
 	RP_TAKE_OK,
 	RP_TAKE_EXHAUSTED,
 	RP_TAKE_FROZEN,				/* frozen since the activity was read */
-	RP_TAKE_ENDED				/* closed since the activity was read */
+	RP_TAKE_ENDED,				/* closed since the activity was read */
+	RP_TAKE_DIVERT				/* fast path gave up: use the careful path */
 } RpTakeResult;
 
-extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe);
+/*
+ * The claim a fast-path take inserts in the same statement as its stripe
+ * decrement (see stripe.c).
+ */
+typedef struct RpFastClaim
+{
+	text	   *user_id;
+	text	   *request_id;		/* may be NULL */
+	text	   *key;			/* idempotency key */
+	Numeric		amount;
+	int64		claim_id;		/* out */
+	TimestampTz claimed_at;		/* out */
+} RpFastClaim;
+
+extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe,
+						   RpFastClaim *fast);
 extern void RpLockAllStripes(const RpActivity *act);
 
 /* reconcile.c */

@@ -22,26 +22,57 @@
 #define RP_FAST_PROBES 4
 
 /*
- * The fast path refuses a stripe of a frozen or closed activity, so that a
- * claim that read the activity before a freeze or close committed still
- * sees it once it holds its stripe (both take every stripe lock).
+ * Every take refuses a halted stripe (its activity is frozen or closed), so
+ * that a claim that read the activity before a freeze or close committed
+ * still sees it once it holds its stripe: freeze and close take every stripe
+ * lock and mark every stripe.
  */
 static RpPlan take_fixed = {
 	"UPDATE redpacket.stripe"
 	"   SET balance = balance - $3, packets = packets - 1, claims = claims + 1"
 	" WHERE activity_id = $1 AND stripe = $2 AND balance >= $3"
-	"   AND (packets IS NULL OR packets > 0)"
-	"   AND NOT EXISTS (SELECT 1 FROM redpacket.activity a WHERE a.id = $1"
-	"                   AND (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL))",
+	"   AND (packets IS NULL OR packets > 0) AND NOT halted",
 	3, {INT8OID, INT4OID, INT8OID}
 };
 
+/*
+ * The fast path: the duplicate, halt and per-user-limit checks, the
+ * conditional decrement and the claim insert in one statement; it returns
+ * the new claim, or no row when any check failed or the stripe cannot pay
+ * (then nothing was written).  The caller holds the user's lock and the
+ * stripe's and runs under READ COMMITTED, so the duplicate check sees every
+ * committed claim under this key and the insert cannot conflict.
+ */
+#define TAKE_AND_CLAIM(limit_check) \
+	"WITH t AS (" \
+	"  UPDATE redpacket.stripe s" \
+	"     SET balance = s.balance - $3, packets = s.packets - 1, claims = s.claims + 1" \
+	"   WHERE s.activity_id = $1 AND s.stripe = $2 AND s.balance >= $3" \
+	"     AND (s.packets IS NULL OR s.packets > 0) AND NOT s.halted" \
+	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c WHERE c.activity_id = $1" \
+	"                      AND c.user_id = $4 AND c.idempotency_key = $6)" \
+	limit_check \
+	"  RETURNING s.stripe)" \
+	" INSERT INTO redpacket.claim" \
+	"        (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)" \
+	" SELECT $1, $4, $5, $6, $7, t.stripe, now() FROM t" \
+	" RETURNING claim_id, claimed_at"
+
+/* one claim per user: the duplicate check is the limit check */
+static RpPlan take_and_claim = {
+	TAKE_AND_CLAIM(""),
+	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
+};
+
+static RpPlan take_and_claim_limited = {
+	TAKE_AND_CLAIM("     AND (SELECT count(*) FROM redpacket.claim c"
+				   "           WHERE c.activity_id = $1 AND c.user_id = $4) < $8"),
+	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
+};
+
 static RpPlan read_stripe = {
-	"SELECT s.balance, s.packets"
-	"  FROM redpacket.stripe s"
-	" WHERE s.activity_id = $1 AND s.stripe = $2"
-	"   AND NOT EXISTS (SELECT 1 FROM redpacket.activity a WHERE a.id = $1"
-	"                   AND (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL))",
+	"SELECT s.balance, s.packets FROM redpacket.stripe s"
+	" WHERE s.activity_id = $1 AND s.stripe = $2 AND NOT s.halted",
 	2, {INT8OID, INT4OID}
 };
 
@@ -137,16 +168,53 @@ Debit(const RpActivity *act, int stripe, int64 units, int32 packets, int64 claim
 		elog(ERROR, "stripe %d of activity " INT64_FORMAT " is missing", stripe, act->id);
 }
 
+typedef enum RpTry
+{
+	RP_TRY_TOOK,				/* paid (and, on the fast path, claimed) */
+	RP_TRY_SHORT,				/* this stripe cannot pay; try another */
+	RP_TRY_DIVERT				/* fast path gives up: careful path decides */
+} RpTry;
+
+static RpTry
+TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+{
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	values[0] = Int64GetDatum(act->id);
+	values[1] = Int32GetDatum(stripe);
+	values[2] = Int64GetDatum(units);
+	values[3] = PointerGetDatum(fast->user_id);
+	values[4] = PointerGetDatum(fast->request_id);
+	if (fast->request_id == NULL)
+		nulls[4] = 'n';
+	values[5] = PointerGetDatum(fast->key);
+	values[6] = NumericGetDatum(fast->amount);
+	values[7] = Int32GetDatum(act->per_user_limit);
+	if (RpExec(act->per_user_limit == 1 ? &take_and_claim : &take_and_claim_limited,
+			   values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not claim from stripe %d", stripe);
+	if (SPI_processed == 0)
+		return RP_TRY_DIVERT;
+	fast->claim_id = RpGetInt64(0, 1, 0);
+	fast->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
+	return RP_TRY_TOOK;
+}
+
 /*
  * Try to take the claim from one stripe whose lock we hold.  *units is the
  * fixed amount, or 0 for a lucky draw (then set to the drawn amount).
  */
-static bool
-TryStripe(const RpActivity *act, int stripe, int64 *units)
+static RpTry
+TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 {
 	Datum		values[3];
 	int64		balance;
 	int64		packets;
+
+	if (fast)
+		return TryFast(act, stripe, *units, fast);
 
 	values[0] = Int64GetDatum(act->id);
 	values[1] = Int32GetDatum(stripe);
@@ -156,20 +224,20 @@ TryStripe(const RpActivity *act, int stripe, int64 *units)
 		values[2] = Int64GetDatum(*units);
 		if (RpExec(&take_fixed, values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not update stripe %d", stripe);
-		return SPI_processed == 1;
+		return SPI_processed == 1 ? RP_TRY_TOOK : RP_TRY_SHORT;
 	}
 
 	if (RpExec(&read_stripe, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read stripe %d", stripe);
 	if (SPI_processed != 1)
-		return false;
+		return RP_TRY_SHORT;
 	balance = RpGetInt64(0, 1, 0);
 	packets = RpGetInt64(0, 2, 0);
 	if (packets < 1)
-		return false;
+		return RP_TRY_SHORT;
 	*units = DrawUnits(balance, packets);
 	Debit(act, stripe, *units, 1, 1);
-	return true;
+	return RP_TRY_TOOK;
 }
 
 void
@@ -309,14 +377,22 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
  * for a lucky draw, in which case it returns the drawn amount.  On success
  * *stripe is the stripe that paid, and its lock is held to the end of the
  * transaction.
+ *
+ * With fast set (fixed amounts, READ COMMITTED), one attempt on the first
+ * stripe we can lock also checks for a duplicate, a halt or the user's limit
+ * and inserts the claim, all in one statement.  If it writes nothing, the
+ * careful path takes over and tells why; the fast path never gathers.
  */
 RpTakeResult
-RpTake(const RpActivity *act, int64 *units, int *stripe)
+RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 {
 	int			n = act->stripes;
 	int			start = StartStripe(act);
 	int			failed = 0;
 	bool		locked_any = false;
+	RpTry		r = RP_TRY_SHORT;
+
+	Assert(fast == NULL || *units > 0);
 
 	for (int i = 0; i < n && failed < RP_FAST_PROBES; i++)
 	{
@@ -325,13 +401,16 @@ RpTake(const RpActivity *act, int64 *units, int *stripe)
 		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
 			continue;
 		locked_any = true;
-		if (TryStripe(act, s, units))
+		r = TryStripe(act, s, units, fast);
+		if (r == RP_TRY_TOOK)
 		{
 			*stripe = s;
 			RememberStripe(act, s);
 			return RP_TAKE_OK;
 		}
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+		if (r == RP_TRY_DIVERT)
+			return RP_TAKE_DIVERT;
 		failed++;
 	}
 
@@ -339,7 +418,8 @@ RpTake(const RpActivity *act, int64 *units, int *stripe)
 	if (!locked_any)
 	{
 		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) start, true);
-		if (TryStripe(act, start, units))
+		r = TryStripe(act, start, units, fast);
+		if (r == RP_TRY_TOOK)
 		{
 			*stripe = start;
 			RememberStripe(act, start);
@@ -348,5 +428,7 @@ RpTake(const RpActivity *act, int64 *units, int *stripe)
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) start);
 	}
 
+	if (fast)
+		return RP_TAKE_DIVERT;
 	return GatherStripes(act, start, units, stripe);
 }
