@@ -119,10 +119,13 @@ CREATE TABLE redpacket.reconcile_state (
     claimed       numeric NOT NULL DEFAULT 0,
     claim_count   bigint NOT NULL DEFAULT 0,
     settled       boolean NOT NULL DEFAULT false,
-    last_pass_at  timestamptz
+    last_pass_at  timestamptz,
+    last_balance  numeric,
+    last_packets  bigint,
+    last_claims   bigint
 );
 COMMENT ON TABLE redpacket.reconcile_state IS
-    'Per-activity watermark of the incremental reconciliation: claims up to last_claim_id are summed into claimed and claim_count.';
+    'Per-activity watermark of the incremental reconciliation: claims up to last_claim_id are summed into claimed and claim_count; last_balance, last_packets and last_claims are the stripe sums the last pass saw, so a pass over all activities can tell which changed.';
 
 CREATE SEQUENCE redpacket.reconciliation_pass_id_seq;
 

@@ -24,15 +24,21 @@
 PG_FUNCTION_INFO_V1(rp_reconcile);
 
 /*
- * Activities a pass over all looks at: every one not yet settled and
- * reconciled clean since, plus any with claims past its watermark.  Settled
- * activities whose last pass was clean are final; a full check (or naming
- * the activity) still re-proves them.
+ * Activities that changed since their last pass: never checked, due for
+ * settlement (closed, or past ends_at), claims past the watermark, or stripe
+ * sums other than the last pass saw (which is how a balance changed behind
+ * the extension's back shows up).  A full check takes every activity.
  */
 static RpPlan pending = {
 	"SELECT a.id FROM redpacket.activity a"
 	"  JOIN redpacket.reconcile_state r ON r.activity_id = a.id"
-	" WHERE $1 OR NOT r.settled OR r.last_pass_at IS NULL"
+	"  CROSS JOIN LATERAL (SELECT sum(balance) AS balance, sum(packets) AS packets,"
+	"                             sum(claims)::bigint AS claims"
+	"                        FROM redpacket.stripe s WHERE s.activity_id = a.id) s"
+	" WHERE $1 OR r.last_pass_at IS NULL"
+	"    OR (NOT r.settled AND (a.closed_at IS NOT NULL OR a.ends_at <= now()))"
+	"    OR (s.balance, s.packets, s.claims)"
+	"       IS DISTINCT FROM (r.last_balance, r.last_packets, r.last_claims)"
 	"    OR EXISTS (SELECT 1 FROM redpacket.claim c"
 	"                WHERE c.activity_id = a.id AND c.claim_id > r.last_claim_id)"
 	" ORDER BY a.id",
@@ -65,7 +71,8 @@ static RpPlan check = {
 	"        a.packets - ($4 + c.n) AS expected_packets,"
 	"        s.packets::bigint AS actual_packets,"
 	"        $4 + c.n AS expected_claims, s.claims AS actual_claims,"
-	"        s.negative, c.n AS new_claims, c.last_id, $3 + c.amount AS claimed"
+	"        s.negative, c.n AS new_claims, c.last_id, $3 + c.amount AS claimed,"
+	"        s.balance AS balance_units"
 	"   FROM redpacket.activity a, l, c, s WHERE a.id = $1",
 	4, {INT8OID, INT8OID, NUMERICOID, INT8OID}
 };
@@ -85,9 +92,10 @@ static RpPlan record = {
 static RpPlan advance = {
 	"UPDATE redpacket.reconcile_state"
 	"   SET last_claim_id = $2, claimed = $3, claim_count = $4, settled = $5,"
-	"       last_pass_at = $6"
+	"       last_pass_at = $6, last_balance = $7, last_packets = $8, last_claims = $9"
 	" WHERE activity_id = $1",
-	6, {INT8OID, INT8OID, NUMERICOID, INT8OID, BOOLOID, TIMESTAMPTZOID}
+	9, {INT8OID, INT8OID, NUMERICOID, INT8OID, BOOLOID, TIMESTAMPTZOID, NUMERICOID,
+	INT8OID, INT8OID}
 };
 
 static RpPlan alert = {
@@ -171,8 +179,9 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 		nulls[2 + col] = isnull ? 'n' : ' ';
 	}
 	{
-		/* watermark for the next pass: last id, claimed sum, claim count */
-		Datum		adv[6];
+		/* watermark for the next pass, and the stripe sums seen */
+		Datum		adv[9];
+		char		advnulls[9];
 
 		adv[0] = Int64GetDatum(activity);
 		adv[1] = Int64GetDatum(RpGetInt64(0, 9, 0));
@@ -180,6 +189,11 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 		adv[3] = Int64GetDatum(RpGetInt64(0, 5, 0));
 		adv[4] = BoolGetDatum(settled);
 		adv[5] = TimestampTzGetDatum(checked_at);
+		adv[6] = datumCopy(RpGetDatum(0, 11, &isnull), false, -1);
+		adv[7] = values[6];		/* actual_packets, may be NULL */
+		adv[8] = values[8];		/* actual_claims */
+		memset(advnulls, ' ', sizeof(advnulls));
+		advnulls[7] = nulls[6];
 
 		/* the type of negative_stripes is integer in the record */
 		values[9] = Int32GetDatum((int32) DatumGetInt64(values[9]));
@@ -191,7 +205,7 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 		ok = DatumGetBool(RpGetDatum(0, 14, &isnull));
 		pass_id = RpGetInt64(0, 2, 0);
 
-		if (RpExec(&advance, adv, NULL, false, 0) != SPI_OK_UPDATE)
+		if (RpExec(&advance, adv, advnulls, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not advance reconciliation state");
 	}
 

@@ -1,0 +1,132 @@
+-- rp_reconcile: one pass over one activity or over those that changed,
+-- proving funded - returned - claims = stripe balances and the packet count,
+-- recorded in redpacket.reconciliation; incremental (new_claims); a mismatch
+-- fails the pass and freezes the activity; expired activities are settled.
+-- Run q and show its SQLSTATE and message; activity ids in messages are
+-- masked, as they depend on what ran before.
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN others THEN
+    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'activity -?[0-9]+', 'activity N', 'g');
+END $$;
+
+-- The books of one activity: claims + stripe balances + returned = funded = total.
+CREATE FUNCTION pg_temp.books(aid bigint)
+RETURNS TABLE (claims bigint, claimed numeric, remaining numeric, remaining_packets numeric,
+               returned numeric, balanced boolean)
+LANGUAGE sql AS $$
+SELECT c.n,
+       round(c.s, a.scale),
+       round(st.b / 10::numeric ^ a.scale, a.scale),
+       st.p,
+       round(l.ret, a.scale),
+       c.s + st.b / 10::numeric ^ a.scale + l.ret = a.total
+         AND l.fund = a.total
+         AND c.whole
+         AND (a.packets IS NULL OR c.n + st.p = a.packets)
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, coalesce(sum(cl.amount), 0) AS s,
+           coalesce(bool_and(cl.amount * 10::numeric ^ a.scale
+                             = trunc(cl.amount * 10::numeric ^ a.scale)), true) AS whole
+    FROM redpacket.claim cl WHERE cl.activity_id = a.id) c
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(s.balance), 0)::numeric AS b, sum(s.packets) AS p
+    FROM redpacket.stripe s WHERE s.activity_id = a.id) st
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(le.amount) FILTER (WHERE le.kind = 'return'), 0) AS ret,
+           coalesce(sum(le.amount) FILTER (WHERE le.kind = 'fund'), 0) AS fund
+    FROM redpacket.ledger le WHERE le.activity_id = a.id) l
+WHERE a.id = aid
+$$;
+
+
+SELECT redpacket.rp_create_activity(10.00, packets => 10, stripes => 4, name => 'rc') AS a \gset
+SELECT status FROM redpacket.rp_claim(:a, 'alice', 1.00);
+SELECT status FROM redpacket.rp_claim(:a, 'bob', 1.50);
+SELECT status FROM redpacket.rp_claim(:a, 'carol', 0.75);
+
+-- a clean pass
+SELECT activity_id = :a AS same_activity, checked_at IS NOT NULL AS checked, full_check,
+       expected, actual, drift, expected_packets, actual_packets, expected_claims, actual_claims,
+       negative_stripes, new_claims, ok
+FROM redpacket.rp_reconcile(:a);
+SELECT expected = 10.00 - (SELECT sum(amount) FROM redpacket.claim WHERE activity_id = :a) AS expected_is_remainder
+FROM redpacket.reconciliation WHERE activity_id = :a;
+SELECT count(*) AS passes, bool_and(ok) AS all_ok FROM redpacket.reconciliation WHERE activity_id = :a;
+
+-- incremental: the next pass reads only the new claims
+SELECT status FROM redpacket.rp_claim(:a, 'dave', 0.25);
+SELECT status FROM redpacket.rp_claim(:a, 'erin', 0.25);
+SELECT new_claims, expected_claims, actual_claims, expected_packets, actual_packets, drift, ok
+FROM redpacket.rp_reconcile(:a);
+SELECT new_claims, expected_claims, drift, ok FROM redpacket.rp_reconcile(:a);
+-- a full check re-sums everything and agrees
+SELECT full_check, expected_claims, actual_claims, drift, ok FROM redpacket.rp_reconcile(:a, full_check => true);
+SELECT count(*) AS passes, bool_and(ok) AS all_ok FROM redpacket.reconciliation WHERE activity_id = :a;
+
+-- a pass over all: an activity with new claims is in it, and clean
+SELECT status FROM redpacket.rp_claim(:a, 'frank', 0.25);
+SELECT count(*) FILTER (WHERE activity_id = :a) AS rows_for_a,
+       sum(new_claims) FILTER (WHERE activity_id = :a) AS new_claims_for_a,
+       bool_and(ok) FILTER (WHERE activity_id = :a) AS ok_for_a
+FROM redpacket.rp_reconcile();
+-- ... and in the next pass over all, an activity that did not change is not
+SELECT count(*) FILTER (WHERE activity_id = :a) AS rows_for_unchanged_a
+FROM redpacket.rp_reconcile();
+SELECT count(*) FILTER (WHERE activity_id = :a) AS rows_for_a_again
+FROM redpacket.rp_reconcile(NULL);
+
+-- an expired activity is settled by a pass: its remainder is returned -------
+SELECT redpacket.rp_create_activity(4.00, starts_at => now() - interval '2 hours',
+       ends_at => now() - interval '1 hour', stripes => 2, name => 'rc expired') AS e \gset
+SELECT expected, actual, drift, ok FROM redpacket.rp_reconcile(:e);
+SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :e ORDER BY entry_id;
+SELECT * FROM pg_temp.books(:e);
+SELECT state, claimed_amount, remaining_amount FROM redpacket.activity_status WHERE id = :e;
+SELECT redpacket.rp_close_activity(:e) = 0 AS nothing_left_to_close;
+SELECT status FROM redpacket.rp_claim(:e, 'alice', 1.00);
+
+-- a mismatch fails the pass and freezes the activity -------------------------
+-- (the WARNING it logs names the activity id, so it is not shown here)
+UPDATE redpacket.stripe SET balance = balance + 5
+WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+SET client_min_messages = error;
+SELECT expected, actual, drift, ok FROM redpacket.rp_reconcile(:a);
+RESET client_min_messages;
+SELECT frozen_reason IS NOT NULL AS frozen FROM redpacket.activity WHERE id = :a;
+SELECT state, last_reconcile_ok FROM redpacket.activity_status WHERE id = :a;
+SELECT status FROM redpacket.rp_claim(:a, 'george', 0.01);
+SELECT status FROM redpacket.rp_claim(:a, 'alice', 1.00);
+-- put it right, lift the freeze, and the next pass is clean again
+UPDATE redpacket.stripe SET balance = balance - 5
+WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+SELECT redpacket.rp_unfreeze(:a);
+SELECT drift, ok FROM redpacket.rp_reconcile(:a);
+SELECT state, last_reconcile_ok FROM redpacket.activity_status WHERE id = :a;
+SELECT status FROM redpacket.rp_claim(:a, 'george', 0.01);
+
+-- a packet count that does not add up fails too
+UPDATE redpacket.stripe SET packets = packets + 1
+WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+SET client_min_messages = error;
+SELECT expected_packets, actual_packets, drift, ok FROM redpacket.rp_reconcile(:a);
+RESET client_min_messages;
+SELECT frozen_reason IS NOT NULL AS frozen FROM redpacket.activity WHERE id = :a;
+UPDATE redpacket.stripe SET packets = packets - 1
+WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+SELECT redpacket.rp_unfreeze(:a);
+SELECT ok FROM redpacket.rp_reconcile(:a, full_check => true);
+SELECT * FROM pg_temp.books(:a);
+
+-- the record of passes: failed ones stay on file
+SELECT count(*) FILTER (WHERE NOT ok) AS failed_passes,
+       bool_and(ok) FILTER (WHERE pass_id > (SELECT max(pass_id) FROM redpacket.reconciliation
+                                              WHERE activity_id = :a AND NOT ok)) AS ok_since
+FROM redpacket.reconciliation WHERE activity_id = :a;
+
+-- errors
+SELECT max(id) + 1000 AS unknown FROM redpacket.activity \gset
+SELECT pg_temp.err(format('SELECT * FROM redpacket.rp_reconcile(%s)', :unknown));
