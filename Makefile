@@ -6,8 +6,8 @@
 #   make stress / make bench         concurrency stress run / benchmark suite
 
 MODULE_big = redpacket
-OBJS = src/redpacket.o src/money.o src/stripe.o src/claim.o src/activity.o \
-       src/reconcile.o src/worker.o
+OBJS = src/redpacket.o src/money.o src/stripe.o src/claim.o src/batch.o \
+       src/activity.o src/reconcile.o src/worker.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql

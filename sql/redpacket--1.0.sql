@@ -79,9 +79,9 @@ CREATE SEQUENCE redpacket.claim_id_seq;
 CREATE TABLE redpacket.claim (
     activity_id     bigint NOT NULL,
     claim_id        bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.claim_id_seq'),
-    user_id         text NOT NULL,
-    request_id      text,
-    idempotency_key text NOT NULL,
+    user_id         text COLLATE "C" NOT NULL,
+    request_id      text COLLATE "C",
+    idempotency_key text COLLATE "C" NOT NULL,
     amount          numeric NOT NULL,
     stripe          integer NOT NULL,
     claimed_at      timestamptz NOT NULL,
@@ -91,6 +91,8 @@ CREATE TABLE redpacket.claim (
 ALTER SEQUENCE redpacket.claim_id_seq OWNED BY redpacket.claim.claim_id;
 COMMENT ON TABLE redpacket.claim IS
     'One row per successful claim; append-only. Unique on (activity_id, user_id, idempotency_key).';
+-- User and request ids are opaque identifiers: byte order ("C") keeps the
+-- unique index fast and independent of the database's locale.
 COMMENT ON COLUMN redpacket.claim.idempotency_key IS
     'Empty when per_user_limit is 1 (one claim per user); the request_id otherwise.';
 COMMENT ON COLUMN redpacket.claim.stripe IS 'Stripe that paid the packet count of this claim (or most of its amount).';

@@ -24,33 +24,10 @@
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_claim);
-PG_FUNCTION_INFO_V1(rp_claim_batch);
-
-/* Same order as the SQL enum redpacket.claim_status. */
-typedef enum RpStatus
-{
-	RP_DUPLICATE,
-	RP_FROZEN,
-	RP_NOT_STARTED,
-	RP_ENDED,
-	RP_USER_LIMIT,
-	RP_EXHAUSTED,
-	RP_CLAIMED,
-	RP_NSTATUS
-} RpStatus;
 
 static const char *const status_labels[RP_NSTATUS] = {
 	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed"
 };
-
-typedef struct RpOutcome
-{
-	RpStatus	status;
-	int64		claim_id;
-	int64		units;
-	int			scale;
-	TimestampTz claimed_at;
-} RpOutcome;
 
 /*
  * The activity, the caller's claim under this idempotency key if any, in
@@ -86,8 +63,8 @@ static RpPlan insert_claim = {
 static Oid	status_type = InvalidOid;
 static Oid	status_oids[RP_NSTATUS];
 
-static Datum
-StatusDatum(Oid enumtype, RpStatus status)
+Datum
+RpStatusDatum(Oid enumtype, RpStatus status)
 {
 	if (enumtype != status_type)
 	{
@@ -106,8 +83,8 @@ StatusDatum(Oid enumtype, RpStatus status)
 	return ObjectIdGetDatum(status_oids[status]);
 }
 
-static void
-CheckUserId(text *user_id)
+void
+RpCheckUserId(text *user_id)
 {
 	int			len = VARSIZE_ANY_EXHDR(user_id);
 
@@ -123,12 +100,19 @@ CheckUserId(text *user_id)
 						   RP_MAX_USER_ID_BYTES, len)));
 }
 
+uint32
+RpUserHash(text *user_id)
+{
+	return hash_bytes((const unsigned char *) VARDATA_ANY(user_id),
+					  VARSIZE_ANY_EXHDR(user_id));
+}
+
 /*
  * One claim.  Bad input raises an error before anything is written; every
  * business outcome is a status.  Must be called inside SPI_connect.
  */
-static void
-ClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
+void
+RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		 RpOutcome *out)
 {
 	RpActivity	act;
@@ -141,14 +125,11 @@ ClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 	int			stripe = 0;
 	RpTakeResult took;
 
-	CheckUserId(user_id);
+	RpCheckUserId(user_id);
 	memset(out, 0, sizeof(*out));
 
 	/* Serialize this user's claims on this activity. */
-	(void) RpLock(RP_LOCK_USER, activity,
-				  hash_bytes((const unsigned char *) VARDATA_ANY(user_id),
-							 VARSIZE_ANY_EXHDR(user_id)),
-				  true);
+	(void) RpLock(RP_LOCK_USER, activity, RpUserHash(user_id), true);
 
 	/*
 	 * Fast path: a fixed amount on a running activity is one statement that
@@ -294,12 +275,12 @@ ClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 }
 
 /* Fill the four output columns status, claim_id, amount, claimed_at. */
-static void
-OutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls)
+void
+RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls)
 {
 	bool		has_claim = (o->status == RP_CLAIMED || o->status == RP_DUPLICATE);
 
-	values[0] = StatusDatum(statustype, o->status);
+	values[0] = RpStatusDatum(statustype, o->status);
 	nulls[0] = false;
 	values[1] = Int64GetDatum(o->claim_id);
 	values[2] = has_claim ? NumericGetDatum(RpUnitsToAmount(o->units, o->scale)) : (Datum) 0;
@@ -331,114 +312,12 @@ rp_claim(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	ClaimOne(PG_GETARG_INT64(0), PG_GETARG_TEXT_PP(1),
+	RpClaimOne(PG_GETARG_INT64(0), PG_GETARG_TEXT_PP(1),
 			 PG_ARGISNULL(2) ? NULL : PG_GETARG_NUMERIC(2),
 			 PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3),
 			 &out);
 	SPI_finish();
 
-	OutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
+	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
-}
-
-/* Deconstruct an optional array argument, checking its length. */
-static void
-BatchArray(FunctionCallInfo fcinfo, int argno, Oid elemtype, int nelems,
-		   const char *what, Datum **elems, bool **nulls)
-{
-	ArrayType  *arr;
-	int			n;
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-
-	*elems = NULL;
-	*nulls = NULL;
-	if (PG_ARGISNULL(argno))
-		return;
-	arr = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("%s must be a one-dimensional array", what)));
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, nulls, &n);
-	if (n != nelems)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("%s has %d elements but user_ids has %d", what, n, nelems),
-				 errdetail("The arrays of one batch must have the same length.")));
-}
-
-Datum
-rp_claim_batch(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int64		activity;
-	Datum	   *users;
-	bool	   *user_nulls;
-	Datum	   *amounts;
-	bool	   *amount_nulls;
-	Datum	   *requests;
-	bool	   *request_nulls;
-	int			n = 0;
-	Oid			statustype;
-	MemoryContext elemcxt;
-
-	RpNoNull(PG_ARGISNULL(0), "activity");
-	RpNoNull(PG_ARGISNULL(1), "user_ids");
-	activity = PG_GETARG_INT64(0);
-
-	InitMaterializedSRF(fcinfo, 0);
-	statustype = TupleDescAttr(rsinfo->setDesc, 2)->atttypid;
-
-	{
-		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
-
-		if (ARR_NDIM(arr) > 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("user_ids must be a one-dimensional array")));
-		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &users, &user_nulls, &n);
-	}
-	BatchArray(fcinfo, 2, NUMERICOID, n, "amounts", &amounts, &amount_nulls);
-	BatchArray(fcinfo, 3, TEXTOID, n, "request_ids", &requests, &request_nulls);
-	for (int i = 0; i < n; i++)
-		if (user_nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("user_ids[%d] must not be NULL", i + 1)));
-
-	/* Per-element scratch memory is reset after each element. */
-	elemcxt = AllocSetContextCreate(CurrentMemoryContext, "redpacket batch element",
-									ALLOCSET_SMALL_SIZES);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	for (int i = 0; i < n; i++)
-	{
-		RpOutcome	out;
-		Datum		values[6];
-		bool		nulls[6];
-		MemoryContext old = MemoryContextSwitchTo(elemcxt);
-
-		ClaimOne(activity, DatumGetTextPP(users[i]),
-				 (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]),
-				 (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]),
-				 &out);
-		SPI_freetuptable(SPI_tuptable);
-
-		values[0] = Int32GetDatum(i + 1);
-		nulls[0] = false;
-		values[1] = users[i];
-		nulls[1] = false;
-		OutcomeColumns(&out, statustype, values + 2, nulls + 2);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(elemcxt);
-	}
-	SPI_finish();
-	MemoryContextDelete(elemcxt);
-
-	return (Datum) 0;
 }

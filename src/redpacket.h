@@ -126,6 +126,38 @@ typedef struct RpFastClaim
 extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe,
 						   RpFastClaim *fast);
 extern void RpLockAllStripes(const RpActivity *act);
+extern int	RpStartStripe(const RpActivity *act);
+extern void RpRememberStripe(const RpActivity *act, int stripe);
+extern int64 RpDrawUnits(int64 balance, int64 packets);
+
+/* claim.c: one claim, and its outcome as SQL columns */
+typedef enum RpStatus			/* same order as the SQL enum claim_status */
+{
+	RP_DUPLICATE,
+	RP_FROZEN,
+	RP_NOT_STARTED,
+	RP_ENDED,
+	RP_USER_LIMIT,
+	RP_EXHAUSTED,
+	RP_CLAIMED,
+	RP_NSTATUS
+} RpStatus;
+
+typedef struct RpOutcome
+{
+	RpStatus	status;
+	int64		claim_id;
+	int64		units;
+	int			scale;
+	TimestampTz claimed_at;
+} RpOutcome;
+
+extern void RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
+					   RpOutcome *out);
+extern void RpCheckUserId(text *user_id);
+extern uint32 RpUserHash(text *user_id);
+extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
+extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
 /* reconcile.c */
 extern int	RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc);

@@ -108,16 +108,16 @@ static bool draw_prng_seeded = false;
  * using the stripe it already holds, so a transaction making many claims
  * pins one stripe instead of all of them.
  */
-static int
-StartStripe(const RpActivity *act)
+int
+RpStartStripe(const RpActivity *act)
 {
 	if (sticky_lxid == MyProc->lxid && sticky_activity == act->id)
 		return sticky_stripe % act->stripes;
 	return (int) (((uint32) RpMyProcNumber * 7u + spread_counter++) % (uint32) act->stripes);
 }
 
-static void
-RememberStripe(const RpActivity *act, int stripe)
+void
+RpRememberStripe(const RpActivity *act, int stripe)
 {
 	sticky_lxid = MyProc->lxid;
 	sticky_activity = act->id;
@@ -127,14 +127,17 @@ RememberStripe(const RpActivity *act, int stripe)
 /*
  * The double-mean draw in minor units: uniform in [1, max] where max is
  * twice the mean remaining per packet, capped so that every other packet
- * can still get one unit; the last packet takes the exact remainder.
+ * can still get one unit; the last packet takes the exact remainder.  A
+ * fixed-amount claim on the same activity may have left fewer units than
+ * packets in the stripe; then each draw gets one unit until it is empty,
+ * never more than the stripe holds.  Requires balance >= 1, packets >= 1.
  */
-static int64
-DrawUnits(int64 balance, int64 packets)
+int64
+RpDrawUnits(int64 balance, int64 packets)
 {
 	int64		max;
 
-	Assert(packets >= 1 && balance >= packets);
+	Assert(packets >= 1 && balance >= 1);
 	if (packets == 1)
 		return balance;
 
@@ -233,9 +236,9 @@ TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 		return RP_TRY_SHORT;
 	balance = RpGetInt64(0, 1, 0);
 	packets = RpGetInt64(0, 2, 0);
-	if (packets < 1)
+	if (packets < 1 || balance < 1)
 		return RP_TRY_SHORT;
-	*units = DrawUnits(balance, packets);
+	*units = RpDrawUnits(balance, packets);
 	Debit(act, stripe, *units, 1, 1);
 	return RP_TRY_TOOK;
 }
@@ -300,12 +303,16 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 		total_balance += balance[i];
 	}
 
-	/* The packet (and the claim count) goes to the first able stripe. */
+	/*
+	 * The packet (and the claim count) goes to the first able stripe; a
+	 * lucky draw also needs money in it.
+	 */
 	for (int i = 0; i < n && primary < 0; i++)
 	{
 		int			s = (start + i) % n;
 
-		if (act->packets == 0 ? balance[s] > 0 : packets[s] > 0)
+		if (act->packets == 0 ? balance[s] > 0
+			: packets[s] > 0 && (*units > 0 || balance[s] > 0))
 			primary = s;
 	}
 
@@ -314,7 +321,7 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 		/* lucky draw: stays within one stripe that still has packets */
 		if (primary >= 0)
 		{
-			*units = DrawUnits(balance[primary], packets[primary]);
+			*units = RpDrawUnits(balance[primary], packets[primary]);
 			take[primary] = *units;
 		}
 	}
@@ -368,7 +375,7 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 	}
 	UnlockStripesExcept(act, keep);
 	*stripe = primary;
-	RememberStripe(act, primary);
+	RpRememberStripe(act, primary);
 	return RP_TAKE_OK;
 }
 
@@ -387,7 +394,7 @@ RpTakeResult
 RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 {
 	int			n = act->stripes;
-	int			start = StartStripe(act);
+	int			start = RpStartStripe(act);
 	int			failed = 0;
 	bool		locked_any = false;
 	RpTry		r = RP_TRY_SHORT;
@@ -405,7 +412,7 @@ RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 		if (r == RP_TRY_TOOK)
 		{
 			*stripe = s;
-			RememberStripe(act, s);
+			RpRememberStripe(act, s);
 			return RP_TAKE_OK;
 		}
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
@@ -422,7 +429,7 @@ RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 		if (r == RP_TRY_TOOK)
 		{
 			*stripe = start;
-			RememberStripe(act, start);
+			RpRememberStripe(act, start);
 			return RP_TAKE_OK;
 		}
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) start);
