@@ -50,20 +50,12 @@ _PG_init(void)
 							 true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 
-	/*
-	 * The database is a postmaster-level setting; defining it outside
-	 * shared_preload_libraries would only let SET show a value no worker
-	 * uses, so it exists only when preloaded.
-	 */
-	if (process_shared_preload_libraries_in_progress)
-	{
-		DefineCustomStringVariable("redpacket.database",
-								   "Database the reconciliation worker connects to.",
-								   NULL,
-								   &rp_database,
-								   "postgres",
-								   PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	}
+	DefineCustomStringVariable("redpacket.database",
+							   "Database the reconciliation worker connects to.",
+							   NULL,
+							   &rp_database,
+							   "postgres",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redpacket");
 
