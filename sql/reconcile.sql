@@ -130,3 +130,97 @@ FROM redpacket.reconciliation WHERE activity_id = :a;
 -- errors
 SELECT max(id) + 1000 AS unknown FROM redpacket.activity \gset
 SELECT pg_temp.err(format('SELECT * FROM redpacket.rp_reconcile(%s)', :unknown));
+
+-- tampering behind the extension's back ---------------------------------------
+-- A superuser with session_replication_role = replica silences the
+-- append-only triggers.  Activity ids are pinned here so that the WARNING a
+-- mismatch logs can be shown in full.
+SELECT setval('redpacket.activity_id_seq', 990000) AS pinned_ids;
+SELECT redpacket.rp_create_activity(10.00, packets => 10, stripes => 2, name => 'rc tamper') AS t \gset
+SELECT redpacket.rp_create_activity(10.00, packets => 10, stripes => 2, name => 'rc stripe') AS s \gset
+SELECT :t AS t, :s AS s;
+SELECT count(*) FILTER (WHERE status = 'claimed') AS claimed
+FROM unnest(ARRAY['u1', 'u2', 'u3', 'u4']) u, redpacket.rp_claim(:t, u, 1.00);
+SELECT count(*) FILTER (WHERE status = 'claimed') AS claimed
+FROM unnest(ARRAY['u1', 'u2']) u, redpacket.rp_claim(:s, u, 1.00);
+SELECT new_claims, expected, actual, ok FROM redpacket.rp_reconcile(:t);
+SELECT new_claims, expected, actual, ok FROM redpacket.rp_reconcile(:s);
+
+-- without replica role the claim table refuses the delete
+SELECT pg_temp.err(format('DELETE FROM redpacket.claim WHERE activity_id = %s AND user_id = %L', :t, 'u1'));
+-- an old claim (already counted by a pass) deleted: the incremental pass
+-- does not re-read old claims; a full check re-sums them and catches it
+CREATE TEMP TABLE gone AS SELECT * FROM redpacket.claim WHERE false;
+SET session_replication_role = replica;
+WITH d AS (DELETE FROM redpacket.claim WHERE activity_id = :t AND user_id = 'u1' RETURNING *)
+INSERT INTO gone SELECT * FROM d;
+RESET session_replication_role;
+SELECT full_check, expected, actual, drift, expected_packets, actual_packets,
+       expected_claims, actual_claims, ok
+FROM redpacket.rp_reconcile(:t, full_check => true);
+SELECT state, last_reconcile_ok, frozen_reason LIKE 'reconciliation mismatch at pass %' AS reason
+FROM redpacket.activity_status WHERE id = :t;
+SELECT status FROM redpacket.rp_claim(:t, 'u9', 1.00);
+-- later passes, incremental or full, keep failing: the watermark now holds
+-- the re-summed claims
+SELECT drift, expected_claims, actual_claims, ok FROM redpacket.rp_reconcile(:t);
+SELECT drift, expected_claims, actual_claims, ok FROM redpacket.rp_reconcile(:t, full_check => true);
+-- the claim put back and the activity unfrozen: clean again, claimable
+INSERT INTO redpacket.claim SELECT * FROM gone;
+SELECT drift, expected_claims, actual_claims, ok FROM redpacket.rp_reconcile(:t, full_check => true);
+SELECT redpacket.rp_unfreeze(:t);
+SELECT status FROM redpacket.rp_claim(:t, 'u9', 1.00);
+SELECT new_claims, drift, ok FROM redpacket.rp_reconcile(:t);
+SELECT * FROM pg_temp.books(:t);
+
+-- a stripe balance changed: the next incremental pass over all sees it
+SET session_replication_role = replica;
+UPDATE redpacket.stripe SET balance = balance - 3
+WHERE activity_id = :s AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :s);
+RESET session_replication_role;
+SELECT full_check, new_claims, expected, actual, drift, ok
+FROM redpacket.rp_reconcile() WHERE activity_id = :s;
+SELECT state, last_reconcile_ok FROM redpacket.activity_status WHERE id = :s;
+SELECT status FROM redpacket.rp_claim(:s, 'u9', 1.00);
+-- the stripe put back and the activity unfrozen: clean again, claimable
+SET session_replication_role = replica;
+UPDATE redpacket.stripe SET balance = balance + 3
+WHERE activity_id = :s AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :s);
+RESET session_replication_role;
+SELECT redpacket.rp_unfreeze(:s);
+SELECT drift, ok FROM redpacket.rp_reconcile(:s, full_check => true);
+SELECT status FROM redpacket.rp_claim(:s, 'u9', 1.00);
+SELECT * FROM pg_temp.books(:s);
+
+-- redpacket.freeze_on_mismatch is on by default and only the server
+-- configuration sets it (reload); a session cannot turn it off
+SHOW redpacket.freeze_on_mismatch;
+SELECT pg_temp.err('SET redpacket.freeze_on_mismatch = off');
+SELECT context FROM pg_settings WHERE name = 'redpacket.freeze_on_mismatch';
+
+-- expiry: an activity whose ends_at passes is settled by the next pass, once
+SELECT redpacket.rp_create_activity(5.00, packets => 5, stripes => 2,
+       ends_at => clock_timestamp() + interval '1 second', name => 'rc expiring') AS x \gset
+SELECT status FROM redpacket.rp_claim(:x, 'alice', 1.00);
+SELECT status FROM redpacket.rp_claim(:x, 'bob', 0.50);
+SELECT expected, actual, ok FROM redpacket.rp_reconcile(:x);
+SELECT count(*) AS returns FROM redpacket.ledger WHERE activity_id = :x AND kind = 'return';
+SELECT pg_sleep(greatest(0, extract(epoch FROM ends_at - clock_timestamp())) + 0.1) AS waited
+FROM redpacket.activity WHERE id = :x;
+SELECT expected, actual, drift, ok FROM redpacket.rp_reconcile(:x);
+SELECT kind, amount, reason FROM redpacket.ledger WHERE activity_id = :x ORDER BY entry_id;
+SELECT closed_at IS NOT NULL AS closed, closed_at >= ends_at AS closed_after_end
+FROM redpacket.activity WHERE id = :x;
+SELECT sum(balance) AS stripes FROM redpacket.stripe WHERE activity_id = :x;
+-- a second pass, a pass over all and a full check change nothing
+SELECT expected, actual, ok FROM redpacket.rp_reconcile(:x);
+SELECT count(*) FILTER (WHERE activity_id = :x) AS rows_for_x FROM redpacket.rp_reconcile();
+SELECT expected, actual, expected_claims, ok FROM redpacket.rp_reconcile(:x, full_check => true);
+SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :x ORDER BY entry_id;
+SELECT * FROM pg_temp.books(:x);
+SELECT redpacket.rp_close_activity(:x) AS closed_again_returns;
+SELECT count(*) AS returns FROM redpacket.ledger WHERE activity_id = :x AND kind = 'return';
+SELECT status FROM redpacket.rp_claim(:x, 'carol', 1.00);
+SELECT status, amount FROM redpacket.rp_claim(:x, 'alice', 1.00);
+SELECT state, claimed_amount, claimed_count, remaining_amount, last_reconcile_ok
+FROM redpacket.activity_status WHERE id = :x;

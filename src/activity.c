@@ -114,8 +114,6 @@ RpActivityFromRow(int64 id, RpActivity *act)
 
 	act->id = id;
 	act->scale = DatumGetInt32(RpGetDatum(0, 3, &isnull));
-	act->total_units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, 1, &isnull)),
-									   act->scale, "total");
 	d = RpGetDatum(0, 2, &isnull);
 	act->packets = isnull ? 0 : DatumGetInt32(d);
 	act->stripes = DatumGetInt32(RpGetDatum(0, 4, &isnull));

@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -31,11 +32,11 @@ PG_FUNCTION_INFO_V1(rp_reconcile);
  */
 static RpPlan pending = {
 	"SELECT a.id FROM redpacket.activity a"
-	"  JOIN redpacket.reconcile_state r ON r.activity_id = a.id"
+	"  LEFT JOIN redpacket.reconcile_state r ON r.activity_id = a.id"
 	"  CROSS JOIN LATERAL (SELECT sum(balance) AS balance, sum(packets) AS packets,"
 	"                             sum(claims)::bigint AS claims"
 	"                        FROM redpacket.stripe s WHERE s.activity_id = a.id) s"
-	" WHERE $1 OR r.last_pass_at IS NULL"
+	" WHERE $1 OR r.last_pass_at IS NULL"	/* also: no state row at all */
 	"    OR (NOT r.settled AND (a.closed_at IS NOT NULL OR a.ends_at <= now()))"
 	"    OR (s.balance, s.packets, s.claims)"
 	"       IS DISTINCT FROM (r.last_balance, r.last_packets, r.last_claims)"
@@ -43,6 +44,13 @@ static RpPlan pending = {
 	"                WHERE c.activity_id = a.id AND c.claim_id > r.last_claim_id)"
 	" ORDER BY a.id",
 	1, {BOOLOID}
+};
+
+/* A lost state row is recreated; that pass then re-sums every claim. */
+static RpPlan recreate_state = {
+	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)"
+	" ON CONFLICT (activity_id) DO NOTHING",
+	1, {INT8OID}
 };
 
 static RpPlan read_state = {
@@ -153,13 +161,27 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 	}
 	else
 	{
-		if (RpExec(&read_state, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			ereport(ERROR,
+		if (RpExec(&read_state, values, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read reconciliation state");
+		if (SPI_processed == 1)
+		{
+			values[1] = Int64GetDatum(RpGetInt64(0, 1, 0));
+			values[2] = datumCopy(RpGetDatum(0, 2, &isnull), false, -1);
+			values[3] = Int64GetDatum(RpGetInt64(0, 3, 0));
+		}
+		else
+		{
+			ereport(WARNING,
 					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("activity " INT64_FORMAT " has no reconciliation state", activity)));
-		values[1] = Int64GetDatum(RpGetInt64(0, 1, 0));
-		values[2] = datumCopy(RpGetDatum(0, 2, &isnull), false, -1);
-		values[3] = Int64GetDatum(RpGetInt64(0, 3, 0));
+					 errmsg("activity " INT64_FORMAT " had no reconciliation state", activity),
+					 errdetail("The state row was recreated and this pass re-sums every claim.")));
+			if (RpExec(&recreate_state, values, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "could not recreate reconciliation state");
+			full_check = true;
+			values[1] = Int64GetDatum(0);
+			values[2] = NumericGetDatum(int64_to_numeric(0));
+			values[3] = Int64GetDatum(0);
+		}
 	}
 	if (RpExec(&check, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "reconciliation check of activity " INT64_FORMAT " returned no row", activity);
@@ -295,6 +317,18 @@ rp_reconcile(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	bool		full_check = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+
+	/*
+	 * Each check reads with a snapshot taken after it holds the stripe locks;
+	 * a transaction snapshot taken earlier could miss a claim that commits
+	 * while the pass waits, and the watermark would then pass over it.
+	 */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("rp_reconcile must run in a READ COMMITTED transaction"),
+				 errdetail("The pass reads each activity with a fresh snapshot after it has locked the activity's stripes."),
+				 errhint("Call it outside an explicit REPEATABLE READ or SERIALIZABLE transaction.")));
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (SPI_connect() != SPI_OK_CONNECT)

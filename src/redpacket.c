@@ -50,12 +50,17 @@ _PG_init(void)
 							 true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 
-	DefineCustomStringVariable("redpacket.database",
-							   "Database the reconciliation worker connects to.",
-							   NULL,
-							   &rp_database,
-							   "postgres",
-							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	/*
+	 * A postmaster-level setting can only be defined while preloading; it
+	 * only matters to the worker, which exists only then.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("redpacket.database",
+								   "Database the reconciliation worker connects to.",
+								   NULL,
+								   &rp_database,
+								   "postgres",
+								   PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redpacket");
 

@@ -80,7 +80,6 @@ extern int64 RpGetInt64(int row, int col, int64 if_null);
 typedef struct RpActivity
 {
 	int64		id;
-	int64		total_units;
 	int32		packets;		/* 0 when there is no packet cap */
 	int			scale;
 	int			stripes;

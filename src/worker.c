@@ -50,6 +50,8 @@ WorkerPass(void)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	/* the pass needs a snapshot taken after its locks: see reconcile.c */
+	XactIsoLevel = XACT_READ_COMMITTED;
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	if (!RecoveryInProgress() && OidIsValid(get_extension_oid("redpacket", true)))

@@ -1,0 +1,101 @@
+# rp_reconcile scheduled by pg_cron (the README's example), with the
+# worker paused so that only cron runs the pass; and passes never overlap:
+# while one session holds a pass open, a second caller returns no row at
+# once instead of waiting or checking twice.
+#
+# pg_cron runs a job at the next minute boundary, so this test can take
+# about 60-70 s.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = PostgreSQL::Test::Cluster->new('cron');
+$node->init;
+my $pkglibdir = $node->config_data('--pkglibdir');
+plan skip_all => 'pg_cron is not installed (Debian: postgresql-15-cron)'
+  unless -e "$pkglibdir/pg_cron.so";
+
+my $host = $node->host;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'pg_cron,redpacket'
+cron.database_name = 'postgres'
+cron.host = '$host'
+redpacket.reconcile_interval = 0
+});
+$node->start;
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sql('CREATE EXTENSION redpacket');
+my $aid = sql("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'cron')");
+sql("SELECT redpacket.rp_claim($aid, 'u' || g, 1.00) FROM generate_series(1, 3) g");
+
+is( sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket reconciler'"),
+	'1', 'the worker is there, paused (interval 0)');
+sleep 3;
+is(sql('SELECT count(*) FROM redpacket.reconciliation'),
+	'0', 'the paused worker ran no pass');
+
+# --- Passes never overlap ------------------------------------------------------
+
+my $holder = $node->background_psql('postgres');
+my $held = $holder->query_safe(
+	'BEGIN; SELECT count(*) FROM redpacket.rp_reconcile()');
+is($held, '1', 'first session: its pass checked the activity (transaction left open)');
+
+my $t0 = time;
+is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile()"),
+	'0', 'second caller: rp_reconcile() returns no row while a pass is open');
+is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile($aid)"),
+	'0', 'second caller: rp_reconcile(id) returns no row too');
+is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile($aid, full_check => true)"),
+	'0', 'second caller: a full check returns no row too');
+cmp_ok(time - $t0, '<', 5, 'the second caller returned at once (did not wait)');
+is(sql("SELECT count(*) FROM redpacket.reconciliation"),
+	'0', 'the open pass is not visible yet, and the second callers wrote nothing');
+
+# A claim is not blocked by the open pass (it released the stripes).
+is(sql("SET statement_timeout = '10s'; SELECT status FROM redpacket.rp_claim($aid, 'during', 1.00)"),
+	'claimed', 'a claim goes through while the pass is open');
+
+$holder->query_safe('COMMIT');
+$holder->quit;
+is(sql('SELECT count(*) FROM redpacket.reconciliation'),
+	'1', 'the first pass recorded one row once committed');
+is(sql("SELECT ok, new_claims FROM redpacket.rp_reconcile($aid)"),
+	't|1', 'after it ended a new pass runs, and counts the claim made meanwhile');
+
+# --- pg_cron runs the pass --------------------------------------------------------
+
+my $before = sql('SELECT max(pass_id) FROM redpacket.reconciliation');
+sql('CREATE EXTENSION pg_cron');
+my $job = sql(
+	"SELECT cron.schedule('redpacket-reconcile', '* * * * *', 'SELECT redpacket.rp_reconcile()')");
+like($job, qr/^\d+$/, 'scheduled the reconciliation with pg_cron');
+sql("SELECT redpacket.rp_claim($aid, 'before-cron', 1.00)");
+
+# The first run comes at the next minute boundary: make sure the poll waits
+# well past a minute even when PG_TEST_TIMEOUT_DEFAULT is set low.
+$PostgreSQL::Test::Utils::timeout_default = 150
+  if $PostgreSQL::Test::Utils::timeout_default < 150;
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $job AND status = 'succeeded'"
+	),
+	'pg_cron ran the job and it succeeded');
+is( sql("SELECT count(*) FROM cron.job_run_details WHERE jobid = $job AND status = 'failed'"),
+	'0', 'no failed run');
+is( sql(qq{SELECT count(*) > 0, bool_and(ok), max(new_claims), max(expected_claims)
+             FROM redpacket.reconciliation WHERE activity_id = $aid AND pass_id > $before}),
+	't|t|1|5', 'the cron pass recorded a new ok row counting the new claim');
+is( sql("SELECT last_reconcile_ok FROM redpacket.activity_status WHERE id = $aid"),
+	't', 'activity_status shows the cron pass');
+
+ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, 0), 'no error in the server log');
+$node->stop('fast');
+done_testing();
