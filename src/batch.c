@@ -494,15 +494,43 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 	{
 		int64		have_units = 0;
 		int64		have_packets = 0;
+		int			best = -1;
+		bool		covered = false;
 
-		/* The free stripes, as far as needed; every stripe when short. */
-		for (int i = 0; i < st.n; i++)
+		/*
+		 * Lock as few stripes as cover the batch: guess from balances read
+		 * without locks, try-lock in spread order until the guess covers it,
+		 * then read the locked ones exactly.  Wait (on the richest stripe)
+		 * only when every stripe was busy; lock them all when still short.
+		 */
+		for (int s = 0; s < st.n; s++)
+			st.locked[s] = true;
+		ReadStripes(&act, &st);
+		for (int s = 0; s < st.n; s++)
+			st.locked[s] = false;
+		for (int i = 0; i < st.n && !covered; i++)
 		{
 			int			s = (start + i) % st.n;
 
-			st.locked[s] = RpLock(RP_LOCK_STRIPE, activity, (uint32) s, false);
+			if (st.balance[s] <= 0 || (act.packets != 0 && st.packets[s] <= 0))
+				continue;
+			if (best < 0 || st.balance[s] > st.balance[best])
+				best = s;
+			if (!RpLock(RP_LOCK_STRIPE, activity, (uint32) s, false))
+				continue;
+			st.locked[s] = true;
+			have_units += st.balance[s];
+			have_packets += st.packets[s];
+			covered = have_units >= want_units &&
+				(act.packets == 0 || have_packets >= want_packets);
+		}
+		if (!covered && have_units == 0 && best >= 0)
+		{
+			(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) best, true);
+			st.locked[best] = true;
 		}
 		ReadStripes(&act, &st);
+		have_units = have_packets = 0;
 		for (int s = 0; s < st.n; s++)
 		{
 			have_units += st.balance[s];
