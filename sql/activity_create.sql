@@ -1,15 +1,7 @@
 -- rp_create_activity: what a new activity looks like (activity row, stripes,
 -- funding in the ledger), the redpacket.stripes GUC, and every validation
 -- error, each of which must leave nothing behind.
--- Run q and show its SQLSTATE and message; activity ids in messages are
--- masked, as they depend on what ran before.
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'activity -?[0-9]+', 'activity N', 'g');
-END $$;
+\i sql/include/helpers.sql
 
 -- Everything an activity consists of, checked against its own row.
 CREATE FUNCTION pg_temp.shape(aid bigint)

@@ -1,44 +1,6 @@
 -- rp_claim bad input: each is an error with its SQLSTATE, and nothing is
 -- written.  Business outcomes are statuses; bad input never is.
--- Run q and show its SQLSTATE and message; activity ids in messages are
--- masked, as they depend on what ran before.
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'activity -?[0-9]+', 'activity N', 'g');
-END $$;
-
--- The books of one activity: claims + stripe balances + returned = funded = total.
-CREATE FUNCTION pg_temp.books(aid bigint)
-RETURNS TABLE (claims bigint, claimed numeric, remaining numeric, remaining_packets numeric,
-               returned numeric, balanced boolean)
-LANGUAGE sql AS $$
-SELECT c.n,
-       round(c.s, a.scale),
-       round(st.b / 10::numeric ^ a.scale, a.scale),
-       st.p,
-       round(l.ret, a.scale),
-       c.s + st.b / 10::numeric ^ a.scale + l.ret = a.total
-         AND l.fund = a.total
-         AND c.whole
-         AND (a.packets IS NULL OR c.n + st.p = a.packets)
-FROM redpacket.activity a
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n, coalesce(sum(cl.amount), 0) AS s,
-           coalesce(bool_and(cl.amount * 10::numeric ^ a.scale
-                             = trunc(cl.amount * 10::numeric ^ a.scale)), true) AS whole
-    FROM redpacket.claim cl WHERE cl.activity_id = a.id) c
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(s.balance), 0)::numeric AS b, sum(s.packets) AS p
-    FROM redpacket.stripe s WHERE s.activity_id = a.id) st
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(le.amount) FILTER (WHERE le.kind = 'return'), 0) AS ret,
-           coalesce(sum(le.amount) FILTER (WHERE le.kind = 'fund'), 0) AS fund
-    FROM redpacket.ledger le WHERE le.activity_id = a.id) l
-WHERE a.id = aid
-$$;
+\i sql/include/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, stripes => 4, name => 'plain') AS a \gset
 SELECT redpacket.rp_create_activity(10.00, packets => 5, stripes => 2, name => 'packets') AS p \gset

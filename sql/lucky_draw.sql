@@ -2,15 +2,7 @@
 -- unit and at most twice the mean remaining per packet of its stripe, never
 -- so much that a later packet could get less than one unit; all packets sum
 -- to the total exactly; after the last packet, exhausted.
--- Run q and show its SQLSTATE and message; activity ids in messages are
--- masked, as they depend on what ran before.
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'ok';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'activity -?[0-9]+', 'activity N', 'g');
-END $$;
+\i sql/include/helpers.sql
 
 -- Fund an activity with packets, draw every packet, then try once more, and
 -- check the draws.  Per stripe, claims in claim id order replay the draws:

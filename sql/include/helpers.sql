@@ -1,0 +1,98 @@
+\set ECHO none
+-- Helpers shared by the regression tests.  A test includes this file near its
+-- top with
+--     \i sql/include/helpers.sql
+-- (pg_regress feeds each test to psql on stdin from the repository root, so
+-- the path is relative to the root).  It is not a test itself: the Makefile
+-- runs only sql/*.sql.  Echo is off while it runs, so the expected outputs
+-- show the include line and not these definitions; any error still shows.
+-- The last line turns echo back on, as pg_regress runs psql -a.
+--
+-- pg_temp.err(q)        run q, return 'ok' or its SQLSTATE and masked message
+-- seen                  claims pg_temp.claim made, to name a duplicate's original
+-- pg_temp.claim(...)    rp_claim, checked against the claim row, described
+-- pg_temp.books(aid)    the ledger identity of one activity
+
+-- Run q and show its SQLSTATE and message; activity ids in messages are
+-- masked, as they depend on what ran before.
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'ok';
+EXCEPTION WHEN others THEN
+    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'activity -?[0-9]+', 'activity N', 'g');
+END $$;
+
+-- Claims made so far, to name the claim a duplicate points at.
+CREATE TEMP TABLE seen (claim_id bigint PRIMARY KEY, shown text NOT NULL);
+
+-- Claim and describe the outcome, checking the result against the claim row.
+CREATE FUNCTION pg_temp.claim(aid bigint, uid text, amt numeric DEFAULT NULL, req text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r redpacket.claim_result;
+    c redpacket.claim;
+    lim integer;
+BEGIN
+    r := redpacket.rp_claim(aid, uid, amt, req);
+    IF r.status IS NULL THEN
+        RETURN 'NULL status';
+    END IF;
+    IF r.status NOT IN ('claimed', 'duplicate') THEN
+        IF r.claim_id IS NOT NULL OR r.amount IS NOT NULL OR r.claimed_at IS NOT NULL THEN
+            RETURN r.status || ' with a claim_id, amount or claimed_at';
+        END IF;
+        RETURN r.status::text;
+    END IF;
+    SELECT * INTO c FROM redpacket.claim WHERE activity_id = aid AND claim_id = r.claim_id;
+    IF NOT FOUND THEN
+        RETURN r.status || ' without a claim row';
+    END IF;
+    SELECT per_user_limit INTO lim FROM redpacket.activity WHERE id = aid;
+    IF c.user_id IS DISTINCT FROM uid OR c.amount IS DISTINCT FROM r.amount
+       OR c.claimed_at IS DISTINCT FROM r.claimed_at
+       OR (lim > 1 AND c.request_id IS DISTINCT FROM req) THEN
+        RETURN r.status || ' but the claim row differs from the result';
+    END IF;
+    IF r.status = 'claimed' THEN
+        IF amt IS NOT NULL AND r.amount <> amt THEN
+            RETURN 'claimed a different amount';
+        END IF;
+        INSERT INTO seen VALUES (r.claim_id,
+            uid || coalesce('/' || req, '') || ' ' || CASE WHEN amt IS NULL THEN 'lucky' ELSE r.amount::text END);
+        RETURN 'claimed ' || CASE WHEN amt IS NULL THEN 'lucky' ELSE r.amount::text END;
+    END IF;
+    RETURN 'duplicate of ' || coalesce((SELECT shown FROM seen s WHERE s.claim_id = r.claim_id), 'an unseen claim');
+END $$;
+
+-- The books of one activity: claims + stripe balances + returned = funded = total.
+CREATE FUNCTION pg_temp.books(aid bigint)
+RETURNS TABLE (claims bigint, claimed numeric, remaining numeric, remaining_packets numeric,
+               returned numeric, balanced boolean)
+LANGUAGE sql AS $$
+SELECT c.n,
+       round(c.s, a.scale),
+       round(st.b / 10::numeric ^ a.scale, a.scale),
+       st.p,
+       round(l.ret, a.scale),
+       c.s + st.b / 10::numeric ^ a.scale + l.ret = a.total
+         AND l.fund = a.total
+         AND c.whole
+         AND (a.packets IS NULL OR c.n + st.p = a.packets)
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, coalesce(sum(cl.amount), 0) AS s,
+           coalesce(bool_and(cl.amount * 10::numeric ^ a.scale
+                             = trunc(cl.amount * 10::numeric ^ a.scale)), true) AS whole
+    FROM redpacket.claim cl WHERE cl.activity_id = a.id) c
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(s.balance), 0)::numeric AS b, sum(s.packets) AS p
+    FROM redpacket.stripe s WHERE s.activity_id = a.id) st
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(le.amount) FILTER (WHERE le.kind = 'return'), 0) AS ret,
+           coalesce(sum(le.amount) FILTER (WHERE le.kind = 'fund'), 0) AS fund
+    FROM redpacket.ledger le WHERE le.activity_id = a.id) l
+WHERE a.id = aid
+$$;
+
+\set ECHO all
