@@ -307,6 +307,9 @@ COMMENT ON VIEW redpacket.activity_status IS
 CREATE FUNCTION redpacket.rp_grant_app(role regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
     EXECUTE pg_catalog.format(
         'GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text),'
@@ -319,6 +322,9 @@ COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
 CREATE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
     EXECUTE pg_catalog.format(
         'GRANT EXECUTE ON FUNCTION'

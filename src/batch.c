@@ -716,7 +716,11 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 
 		/* amounts need the activity's scale; RpFetchActivity raises P0002 */
 		for (int i = 0; i < n; i++)
+		{
 			RpCheckUserId(DatumGetTextPP(users[i]));
+			if (requests != NULL && !request_nulls[i])
+				RpCheckRequestId(DatumGetTextPP(requests[i]));
+		}
 		(void) RpFetchActivity(activity, &act, false);
 		for (int i = 0; i < n; i++)
 		{

@@ -19,6 +19,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "redpacket.h"
@@ -100,6 +101,19 @@ RpCheckUserId(text *user_id)
 						   RP_MAX_USER_ID_BYTES, len)));
 }
 
+void
+RpCheckRequestId(text *request_id)
+{
+	int			len = request_id ? VARSIZE_ANY_EXHDR(request_id) : 0;
+
+	if (len > RP_MAX_USER_ID_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("request_id is too long"),
+				 errdetail("A request_id has at most %d bytes; this one has %d.",
+						   RP_MAX_USER_ID_BYTES, len)));
+}
+
 uint32
 RpUserHash(text *user_id)
 {
@@ -126,6 +140,7 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 	RpTakeResult took;
 
 	RpCheckUserId(user_id);
+	RpCheckRequestId(request_id);
 	memset(out, 0, sizeof(*out));
 
 	/* Serialize this user's claims on this activity. */
@@ -221,9 +236,33 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 	}
 	if (act.per_user_limit > 1)
 	{
+		int64		held;
+
 		if (RpExec(&count_user, values, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
-		if (RpGetInt64(0, 1, 0) >= act.per_user_limit)
+		held = RpGetInt64(0, 1, 0);
+
+		/*
+		 * Under REPEATABLE READ or SERIALIZABLE the count above is as of the
+		 * caller's snapshot; a claim under another request id committed since
+		 * would not conflict with ours, so look with a fresh snapshot and
+		 * refuse to decide on stale data.
+		 */
+		if (IsolationUsesXactSnapshot())
+		{
+			if (SPI_execute_snapshot(RpPrepared(&count_user), values, NULL,
+									 GetLatestSnapshot(), InvalidSnapshot,
+									 true, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not count claims");
+			if (RpGetInt64(0, 1, 0) != held)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize claim of user \"%s\" on activity " INT64_FORMAT,
+								text_to_cstring(user_id), activity),
+						 errdetail("The user claimed in a transaction that committed after this transaction's snapshot."),
+						 errhint("Retry the transaction.")));
+		}
+		if (held >= act.per_user_limit)
 		{
 			out->status = RP_USER_LIMIT;
 			return;

@@ -276,12 +276,12 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
 }
 
 /*
- * One pass over one activity (activity > 0) or all pending ones.  Returns
+ * One pass over one activity, or all pending ones when activity is NULL.  Returns
  * the number of activities checked, or -1 when another pass holds the
  * reconciliation lock.  Must be called inside SPI_connect.
  */
 int
-RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
+RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
 {
 	int64	   *ids;
 	int			n;
@@ -289,10 +289,10 @@ RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc
 	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
 		return -1;
 
-	if (activity > 0)
+	if (activity != NULL)
 	{
 		ids = palloc(sizeof(int64));
-		ids[0] = activity;
+		ids[0] = *activity;
 		n = 1;
 	}
 	else
@@ -333,8 +333,12 @@ rp_reconcile(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) RpReconcilePass(PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0), full_check,
-						   rsinfo->setResult, rsinfo->setDesc);
+	{
+		int64		one = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0);
+
+		(void) RpReconcilePass(PG_ARGISNULL(0) ? NULL : &one, full_check,
+							   rsinfo->setResult, rsinfo->setDesc);
+	}
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -34,7 +34,7 @@
 #define RP_MAX_RECONCILE_INTERVAL 86400
 #define RP_MIN_SCALE 0
 #define RP_MAX_SCALE 4
-#define RP_MAX_USER_ID_BYTES 256
+#define RP_MAX_USER_ID_BYTES 256	/* also the limit for request ids */
 
 extern int	rp_default_stripes;
 extern int	rp_reconcile_interval;
@@ -154,12 +154,13 @@ typedef struct RpOutcome
 extern void RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 					   RpOutcome *out);
 extern void RpCheckUserId(text *user_id);
+extern void RpCheckRequestId(text *request_id);
 extern uint32 RpUserHash(text *user_id);
 extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
 /* reconcile.c */
-extern int	RpReconcilePass(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc);
+extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc);
 
 /* worker.c */
 extern void RpRegisterWorker(void);
