@@ -4,9 +4,10 @@
  *		tries stripes one by one with a non-blocking lock, starting from a
  *		per-backend spread so that concurrent claimers land on different rows,
  *		and waits only when every stripe it tried was busy.  When the stripe it
- *		holds cannot cover the claim, it locks every stripe in stripe order (so
- *		two gatherers never deadlock) and takes the amount from several: an
- *		activity is exhausted only when all its stripes together cannot pay.
+ *		holds cannot cover the claim, it locks every stripe (never waiting
+ *		while holding what it took, so gatherers do not deadlock) and takes
+ *		the amount from several: an activity is exhausted only when all its
+ *		stripes together cannot pay.
  *		Lucky draws use the double-mean method within one stripe.
  */
 #include "postgres.h"
@@ -243,11 +244,47 @@ TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 	return RP_TRY_TOOK;
 }
 
+/*
+ * Lock every stripe of the activity without ever waiting while holding a
+ * stripe this call took: try them in order, and on a busy one give back what
+ * this call took, wait for that one alone, and try again.  A transaction
+ * that waits then holds only the stripes its earlier claims wrote, so two
+ * gatherers, or a gatherer and a transaction that already claimed, cannot
+ * wait on each other in a cycle.  (Two transactions that both made earlier
+ * claims on the activity and then both need every stripe still can; the
+ * deadlock detector then fails one of them.)
+ */
 void
 RpLockAllStripes(const RpActivity *act)
 {
-	for (int s = 0; s < act->stripes; s++)
-		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
+	int			n = act->stripes;
+	bool	   *got = palloc0(sizeof(bool) * n);
+
+	for (;;)
+	{
+		int			busy = -1;
+
+		for (int s = 0; s < n && busy < 0; s++)
+		{
+			if (got[s])
+				continue;
+			if (RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+				got[s] = true;
+			else
+				busy = s;
+		}
+		if (busy < 0)
+			break;
+		for (int s = 0; s < n; s++)
+			if (got[s])
+			{
+				RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+				got[s] = false;
+			}
+		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) busy, true);
+		got[busy] = true;
+	}
+	pfree(got);
 }
 
 static void
