@@ -242,18 +242,26 @@ ReadStripes(const RpActivity *act, BatchStripes *st)
 	}
 }
 
-/* Give up the partial set and lock every stripe, in stripe order. */
-static void
-LockAll(const RpActivity *act, BatchStripes *st)
+/*
+ * Give up the partial set and lock every stripe.  Returns false, holding
+ * none of them, when one is busy (*busy).
+ */
+static bool
+LockAll(const RpActivity *act, BatchStripes *st, int *busy)
 {
 	for (int s = 0; s < st->n; s++)
 		if (st->locked[s])
+		{
 			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-	RpLockAllStripes(act);
+			st->locked[s] = false;
+		}
+	if (!RpTryLockAllStripes(act, busy))
+		return false;
 	for (int s = 0; s < st->n; s++)
 		st->locked[s] = true;
 	st->all = true;
 	ReadStripes(act, st);
+	return true;
 }
 
 /*
@@ -406,6 +414,8 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 	int64		want_packets = 0;
 	bool		halted_frozen = false;
 	bool		halted_closed = false;
+	int			wait_stripe;
+	int			kept = -1;		/* stripe waited for, held for this attempt */
 
 	/* Bad input first, before any lock or write. */
 	for (int i = 0; i < n; i++)
@@ -434,15 +444,30 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 		lucky_in[i] = e[i].units;
 	}
 
-	/* Each user's lock, in hash order; then read the activity again. */
 	qsort(hashes, n, sizeof(uint32), CompareUint32);
+	FindRoots(e, n, true);
+	FindRoots(e, n, false);
+
+	/*
+	 * Each attempt takes the users' locks in hash order and reads everything
+	 * again.  An attempt that finds a stripe busy has written nothing: it
+	 * gives back its locks and waits for that stripe before the next one
+	 * (see "Deadlock avoidance" in stripe.c).
+	 */
+retry:
 	for (int i = 0; i < n; i++)
 		if (i == 0 || hashes[i] != hashes[i - 1])
 			(void) RpLock(RP_LOCK_USER, activity, hashes[i], true);
+retry_locked:
 	(void) RpFetchActivity(activity, &act, false);
-
-	FindRoots(e, n, true);
-	FindRoots(e, n, false);
+	for (int i = 0; i < n; i++)
+	{
+		e[i].existing = false;
+		e[i].held = 0;
+		memset(&e[i].out, 0, sizeof(e[i].out));
+	}
+	want_units = want_packets = 0;
+	halted_frozen = halted_closed = false;
 
 	values[0] = Int64GetDatum(activity);
 	values[1] = TextArray(e, n, 0, NULL);
@@ -526,8 +551,8 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 		}
 		if (!covered && have_units == 0 && best >= 0)
 		{
-			(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) best, true);
-			st.locked[best] = true;
+			wait_stripe = best;
+			goto wait;
 		}
 		ReadStripes(&act, &st);
 		have_units = have_packets = 0;
@@ -536,8 +561,9 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 			have_units += st.balance[s];
 			have_packets += st.packets[s];
 		}
-		if (have_units < want_units || (act.packets != 0 && have_packets < want_packets))
-			LockAll(&act, &st);
+		if ((have_units < want_units || (act.packets != 0 && have_packets < want_packets)) &&
+			!LockAll(&act, &st, &wait_stripe))
+			goto wait;
 
 		for (int s = 0; s < st.n; s++)
 			if (st.locked[s] && st.halted[s])
@@ -552,7 +578,8 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 
 	if (!Decide(&act, &st, start, e, n, halted_frozen, halted_closed, paid_by, lucky_in))
 	{
-		LockAll(&act, &st);
+		if (!LockAll(&act, &st, &wait_stripe))
+			goto wait;
 		if (!Decide(&act, &st, start, e, n, halted_frozen, halted_closed, paid_by, lucky_in))
 			elog(ERROR, "batch could not be decided with every stripe locked");
 	}
@@ -634,6 +661,43 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 			e[i].out.claimed_at = w->out.claimed_at;
 		}
 	}
+	if (kept >= 0)
+		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
+	return;
+
+wait:
+	if (kept >= 0)
+		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
+	kept = -1;
+	for (int s = 0; s < st.n; s++)
+		if (st.locked[s])
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
+	for (int i = 0; i < n; i++)
+		if (i == 0 || hashes[i] != hashes[i - 1])
+			RpUnlock(RP_LOCK_USER, activity, hashes[i]);
+
+	/*
+	 * Wait for the stripe holding nothing we took, keep it, and take the
+	 * users' locks again only if they are all free; else wait for the busy
+	 * one instead (holding nothing) and start over.
+	 */
+	(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, true);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0 && hashes[i] == hashes[i - 1])
+			continue;
+		if (!RpLock(RP_LOCK_USER, activity, hashes[i], false))
+		{
+			while (--i >= 0)
+				if (i == 0 || hashes[i] != hashes[i - 1])
+					RpUnlock(RP_LOCK_USER, activity, hashes[i]);
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe);
+			kept = -1;
+			goto retry;
+		}
+	}
+	kept = wait_stripe;
+	goto retry_locked;
 }
 
 /* Deconstruct an optional array argument, checking its length. */

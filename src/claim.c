@@ -122,12 +122,14 @@ RpUserHash(text *user_id)
 }
 
 /*
- * One claim.  Bad input raises an error before anything is written; every
- * business outcome is a status.  Must be called inside SPI_connect.
+ * One attempt at a claim, holding the user's lock.  Bad input raises an
+ * error before anything is written; every business outcome is a status.
+ * Returns false, having written nothing, when a stripe it needs is busy
+ * (*wait_stripe).  Must be called inside SPI_connect.
  */
-void
-RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
-		 RpOutcome *out)
+static bool
+ClaimAttempt(int64 activity, text *user_id, Numeric amount, text *request_id,
+			 RpOutcome *out, int *wait_stripe)
 {
 	RpActivity	act;
 	Datum		values[6];
@@ -139,12 +141,7 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 	int			stripe = 0;
 	RpTakeResult took;
 
-	RpCheckUserId(user_id);
-	RpCheckRequestId(request_id);
 	memset(out, 0, sizeof(*out));
-
-	/* Serialize this user's claims on this activity. */
-	(void) RpLock(RP_LOCK_USER, activity, RpUserHash(user_id), true);
 
 	/*
 	 * Fast path: a fixed amount on a running activity is one statement that
@@ -167,14 +164,20 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		fast.request_id = request_id;
 		fast.key = act.per_user_limit == 1 ? cstring_to_text("") : request_id;
 		fast.amount = RpUnitsToAmount(units, act.scale);
-		if (RpTake(&act, &units, &stripe, &fast) == RP_TAKE_OK)
+		took = RpTake(&act, &units, &stripe, &fast);
+		if (took == RP_TAKE_OK)
 		{
 			out->status = RP_CLAIMED;
 			out->scale = act.scale;
 			out->units = units;
 			out->claim_id = fast.claim_id;
 			out->claimed_at = fast.claimed_at;
-			return;
+			return true;
+		}
+		if (took == RP_TAKE_WAIT)
+		{
+			*wait_stripe = stripe;
+			return false;
 		}
 	}
 
@@ -217,22 +220,22 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		out->units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, 11, &isnull)),
 									 act.scale, "amount");
 		out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 12, &isnull));
-		return;
+		return true;
 	}
 	if (act.frozen)
 	{
 		out->status = RP_FROZEN;
-		return;
+		return true;
 	}
 	if (now < act.starts_at)
 	{
 		out->status = RP_NOT_STARTED;
-		return;
+		return true;
 	}
 	if (act.closed || now >= act.ends_at)
 	{
 		out->status = RP_ENDED;
-		return;
+		return true;
 	}
 	if (act.per_user_limit > 1)
 	{
@@ -265,7 +268,7 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		if (held >= act.per_user_limit)
 		{
 			out->status = RP_USER_LIMIT;
-			return;
+			return true;
 		}
 	}
 
@@ -276,13 +279,16 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 			break;
 		case RP_TAKE_EXHAUSTED:
 			out->status = RP_EXHAUSTED;
-			return;
+			return true;
 		case RP_TAKE_FROZEN:
 			out->status = RP_FROZEN;
-			return;
+			return true;
 		case RP_TAKE_ENDED:
 			out->status = RP_ENDED;
-			return;
+			return true;
+		case RP_TAKE_WAIT:
+			*wait_stripe = stripe;
+			return false;
 		case RP_TAKE_DIVERT:
 			elog(ERROR, "careful claim path diverted");
 	}
@@ -311,6 +317,54 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 	out->units = units;
 	out->claim_id = RpGetInt64(0, 1, 0);
 	out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
+	return true;
+}
+
+/*
+ * One claim, in as many attempts as it takes.  An attempt that finds a
+ * stripe busy has written nothing; the claim then waits for that stripe
+ * without holding the user's lock, keeps it, and tries again, taking the
+ * user's lock only if it is free (see "Deadlock avoidance" in stripe.c).
+ */
+void
+RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
+		   RpOutcome *out)
+{
+	uint32		user_hash;
+	int			wait_stripe;
+	int			kept = -1;		/* stripe waited for and kept for the next attempt */
+	bool		done;
+
+	RpCheckUserId(user_id);
+	RpCheckRequestId(request_id);
+	user_hash = RpUserHash(user_id);
+
+	for (;;)
+	{
+		/* Serialize this user's claims on this activity. */
+		if (kept < 0)
+			(void) RpLock(RP_LOCK_USER, activity, user_hash, true);
+		else if (!RpLock(RP_LOCK_USER, activity, user_hash, false))
+		{
+			/* never wait for the user while holding a stripe we took */
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
+			kept = -1;
+			continue;
+		}
+
+		done = ClaimAttempt(activity, user_id, amount, request_id, out, &wait_stripe);
+
+		/* the attempt took its own lock on any stripe it wrote */
+		if (kept >= 0)
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
+		kept = -1;
+		if (done)
+			return;
+
+		RpUnlock(RP_LOCK_USER, activity, user_hash);
+		(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, true);
+		kept = wait_stripe;
+	}
 }
 
 /* Fill the four output columns status, claim_id, amount, claimed_at. */

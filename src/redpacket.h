@@ -105,7 +105,8 @@ typedef enum RpTakeResult
 	RP_TAKE_EXHAUSTED,
 	RP_TAKE_FROZEN,				/* frozen since the activity was read */
 	RP_TAKE_ENDED,				/* closed since the activity was read */
-	RP_TAKE_DIVERT				/* fast path gave up: use the careful path */
+	RP_TAKE_DIVERT,				/* fast path gave up: use the careful path */
+	RP_TAKE_WAIT				/* stripe *stripe is busy: wait for it, then retry */
 } RpTakeResult;
 
 /*
@@ -125,6 +126,8 @@ typedef struct RpFastClaim
 extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe,
 						   RpFastClaim *fast);
 extern void RpLockAllStripes(const RpActivity *act);
+extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
+extern void RpWaitForStripe(int64 activity, int stripe);
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 extern int64 RpDrawUnits(int64 balance, int64 packets);

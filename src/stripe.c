@@ -245,46 +245,49 @@ TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 }
 
 /*
- * Lock every stripe of the activity without ever waiting while holding a
- * stripe this call took: try them in order, and on a busy one give back what
- * this call took, wait for that one alone, and try again.  A transaction
- * that waits then holds only the stripes its earlier claims wrote, so two
- * gatherers, or a gatherer and a transaction that already claimed, cannot
- * wait on each other in a cycle.  (Two transactions that both made earlier
- * claims on the activity and then both need every stripe still can; the
- * deadlock detector then fails one of them.)
+ * Deadlock avoidance.  A transaction that made a claim keeps that stripe's
+ * lock (and its user's) to the end, so lock order alone cannot prevent
+ * cycles.  Instead a claim never waits while holding a lock it took itself:
+ * when the stripe it needs is busy, it gives back what it took (its user's
+ * lock included), waits for that stripe to be free, and starts over.  Only
+ * locks left by the transaction's earlier claims are held while waiting, so
+ * a cycle needs two transactions that each made earlier claims and now need
+ * each other's stripe; the deadlock detector then fails one of them.
  */
+
+/* Try to lock every stripe, in order; on a busy one give back what was taken. */
+bool
+RpTryLockAllStripes(const RpActivity *act, int *busy)
+{
+	for (int s = 0; s < act->stripes; s++)
+	{
+		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+		{
+			*busy = s;
+			while (--s >= 0)
+				RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Wait until a stripe is free, without keeping its lock. */
+void
+RpWaitForStripe(int64 activity, int stripe)
+{
+	(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) stripe, true);
+	RpUnlock(RP_LOCK_STRIPE, activity, (uint32) stripe);
+}
+
+/* Lock every stripe, for operations that hold no other lock of their own. */
 void
 RpLockAllStripes(const RpActivity *act)
 {
-	int			n = act->stripes;
-	bool	   *got = palloc0(sizeof(bool) * n);
+	int			busy;
 
-	for (;;)
-	{
-		int			busy = -1;
-
-		for (int s = 0; s < n && busy < 0; s++)
-		{
-			if (got[s])
-				continue;
-			if (RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
-				got[s] = true;
-			else
-				busy = s;
-		}
-		if (busy < 0)
-			break;
-		for (int s = 0; s < n; s++)
-			if (got[s])
-			{
-				RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-				got[s] = false;
-			}
-		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) busy, true);
-		got[busy] = true;
-	}
-	pfree(got);
+	while (!RpTryLockAllStripes(act, &busy))
+		RpWaitForStripe(act->id, busy);
 }
 
 static void
@@ -312,8 +315,13 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 	Datum		id = Int64GetDatum(act->id);
 	bool		isnull;
 	RpTakeResult result;
+	int			busy;
 
-	RpLockAllStripes(act);
+	if (!RpTryLockAllStripes(act, &busy))
+	{
+		*stripe = busy;
+		return RP_TAKE_WAIT;
+	}
 
 	/* A freeze or close may have committed since the activity was read. */
 	if (RpExec(&read_halt, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
@@ -420,7 +428,9 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
  * Take a claim's money from the activity.  *units is the fixed amount, or 0
  * for a lucky draw, in which case it returns the drawn amount.  On success
  * *stripe is the stripe that paid, and its lock is held to the end of the
- * transaction.
+ * transaction.  RP_TAKE_WAIT means stripe *stripe was busy and nothing is
+ * held or written: the caller lets go of its own locks, waits for that
+ * stripe (RpWaitForStripe) and tries again.
  *
  * With fast set (fixed amounts, READ COMMITTED), one attempt on the first
  * stripe we can lock also checks for a duplicate, a halt or the user's limit
@@ -458,18 +468,11 @@ RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 		failed++;
 	}
 
-	/* Every stripe was busy: queue on the first one. */
+	/* Every stripe was busy: the caller waits for the first one. */
 	if (!locked_any)
 	{
-		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) start, true);
-		r = TryStripe(act, start, units, fast);
-		if (r == RP_TRY_TOOK)
-		{
-			*stripe = start;
-			RpRememberStripe(act, start);
-			return RP_TAKE_OK;
-		}
-		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) start);
+		*stripe = start;
+		return RP_TAKE_WAIT;
 	}
 
 	if (fast)
