@@ -55,11 +55,17 @@ typedef struct BatchStripes
 	int64	   *take_claims;
 } BatchStripes;
 
+/*
+ * One index probe per element: the LIMIT keeps the planner from turning
+ * this into a join that reads the activity's whole claim history.
+ */
 static RpPlan existing_claims = {
 	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
 	"  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, idem, ord)"
-	"  JOIN redpacket.claim c"
-	"    ON c.activity_id = $1 AND c.user_id = k.user_id AND c.idempotency_key = k.idem",
+	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
+	"                        FROM redpacket.claim c"
+	"                       WHERE c.activity_id = $1 AND c.user_id = k.user_id"
+	"                         AND c.idempotency_key = k.idem LIMIT 1) c",
 	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
@@ -519,14 +525,15 @@ retry_locked:
 	{
 		int64		have_units = 0;
 		int64		have_packets = 0;
-		int			best = -1;
+		int			first = -1;
 		bool		covered = false;
 
 		/*
 		 * Lock as few stripes as cover the batch: guess from balances read
 		 * without locks, try-lock in spread order until the guess covers it,
-		 * then read the locked ones exactly.  Wait (on the richest stripe)
-		 * only when every stripe was busy; lock them all when still short.
+		 * then read the locked ones exactly.  Wait (on the first stripe in
+		 * spread order) only when every stripe was busy; lock them all when
+		 * still short.
 		 */
 		for (int s = 0; s < st.n; s++)
 			st.locked[s] = true;
@@ -539,8 +546,8 @@ retry_locked:
 
 			if (st.balance[s] <= 0 || (act.packets != 0 && st.packets[s] <= 0))
 				continue;
-			if (best < 0 || st.balance[s] > st.balance[best])
-				best = s;
+			if (first < 0)
+				first = s;		/* the first in spread order: waiters fan out */
 			if (!RpLock(RP_LOCK_STRIPE, activity, (uint32) s, false))
 				continue;
 			st.locked[s] = true;
@@ -549,9 +556,9 @@ retry_locked:
 			covered = have_units >= want_units &&
 				(act.packets == 0 || have_packets >= want_packets);
 		}
-		if (!covered && have_units == 0 && best >= 0)
+		if (!covered && have_units == 0 && first >= 0)
 		{
-			wait_stripe = best;
+			wait_stripe = first;
 			goto wait;
 		}
 		ReadStripes(&act, &st);
