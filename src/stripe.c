@@ -280,14 +280,17 @@ RpWaitForStripe(int64 activity, int stripe)
 	RpUnlock(RP_LOCK_STRIPE, activity, (uint32) stripe);
 }
 
-/* Lock every stripe, for operations that hold no other lock of their own. */
+/*
+ * Lock every stripe, in stripe order, waiting for each: for close, freeze
+ * and reconciliation, which hold no user lock.  The lock queue is fair, so
+ * under a steady stream of claims they are served in turn; giving back and
+ * retrying as claims do could starve them.
+ */
 void
 RpLockAllStripes(const RpActivity *act)
 {
-	int			busy;
-
-	while (!RpTryLockAllStripes(act, &busy))
-		RpWaitForStripe(act->id, busy);
+	for (int s = 0; s < act->stripes; s++)
+		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
 }
 
 static void
