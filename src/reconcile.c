@@ -128,7 +128,7 @@ NumText(Datum n)
 
 /* Reconcile one activity; returns the recorded row's ok flag. */
 static bool
-ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
+ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out)
 {
 	RpActivity	act;
 	Datum		values[11];
@@ -281,7 +281,7 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out, TupleDesc ou
  * reconciliation lock.  Must be called inside SPI_connect.
  */
 int
-RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc)
+RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out)
 {
 	int64	   *ids;
 	int			n;
@@ -308,7 +308,7 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 	}
 
 	for (int i = 0; i < n; i++)
-		(void) ReconcileOne(ids[i], full_check, out, outdesc);
+		(void) ReconcileOne(ids[i], full_check, out);
 	return n;
 }
 
@@ -336,8 +336,7 @@ rp_reconcile(PG_FUNCTION_ARGS)
 	{
 		int64		one = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0);
 
-		(void) RpReconcilePass(PG_ARGISNULL(0) ? NULL : &one, full_check,
-							   rsinfo->setResult, rsinfo->setDesc);
+		(void) RpReconcilePass(PG_ARGISNULL(0) ? NULL : &one, full_check, rsinfo->setResult);
 	}
 	SPI_finish();
 	return (Datum) 0;

@@ -127,7 +127,6 @@ extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe,
 						   RpFastClaim *fast);
 extern void RpLockAllStripes(const RpActivity *act);
 extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
-extern void RpWaitForStripe(int64 activity, int stripe);
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 extern int64 RpDrawUnits(int64 balance, int64 packets);
@@ -163,7 +162,7 @@ extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
 /* reconcile.c */
-extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, TupleDesc outdesc);
+extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
 
 /* worker.c */
 extern void RpRegisterWorker(void);

@@ -272,14 +272,6 @@ RpTryLockAllStripes(const RpActivity *act, int *busy)
 	return true;
 }
 
-/* Wait until a stripe is free, without keeping its lock. */
-void
-RpWaitForStripe(int64 activity, int stripe)
-{
-	(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) stripe, true);
-	RpUnlock(RP_LOCK_STRIPE, activity, (uint32) stripe);
-}
-
 /*
  * Lock every stripe, in stripe order, waiting for each: for close, freeze
  * and reconciliation, which hold no user lock.  The lock queue is fair, so
@@ -433,7 +425,7 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
  * *stripe is the stripe that paid, and its lock is held to the end of the
  * transaction.  RP_TAKE_WAIT means stripe *stripe was busy and nothing is
  * held or written: the caller lets go of its own locks, waits for that
- * stripe (RpWaitForStripe) and tries again.
+ * stripe and tries again (RpClaimOne).
  *
  * With fast set (fixed amounts, READ COMMITTED), one attempt on the first
  * stripe we can lock also checks for a duplicate, a halt or the user's limit
@@ -447,7 +439,7 @@ RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 	int			start = RpStartStripe(act);
 	int			failed = 0;
 	bool		locked_any = false;
-	RpTry		r = RP_TRY_SHORT;
+	RpTry		r;
 
 	Assert(fast == NULL || *units > 0);
 

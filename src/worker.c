@@ -61,7 +61,7 @@ WorkerPass(void)
 		pgstat_report_activity(STATE_RUNNING, "redpacket reconciliation pass");
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		n = RpReconcilePass(NULL, false, NULL, NULL);
+		n = RpReconcilePass(NULL, false, NULL);
 		SPI_finish();
 		if (n > 0)
 			elog(DEBUG1, "redpacket reconciler checked %d activities", n);
