@@ -6,11 +6,11 @@
 #   make stress / make bench         concurrency stress run / benchmark suite
 
 MODULE_big = redpacket
-OBJS = src/redpacket.o src/money.o src/stripe.o src/claim.o src/batch.o \
+OBJS = src/redpacket.o src/base.o src/money.o src/stripe.o src/claim.o src/batch.o \
        src/activity.o src/reconcile.o src/worker.o
 
 EXTENSION = redpacket
-DATA = sql/redpacket--1.0.sql
+DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.0--1.1.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)

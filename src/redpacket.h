@@ -40,6 +40,7 @@ extern int	rp_default_stripes;
 extern int	rp_reconcile_interval;
 extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
+extern bool rp_restoring;
 
 /*
  * Lock space.  Every lock redpacket takes is a transaction-scoped
@@ -75,6 +76,12 @@ extern SPIPlanPtr RpPrepared(RpPlan *p);
 extern int	RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count);
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
+
+/* base.c: what the installed catalog is, and whether a restore is running */
+#define RP_CATALOG_1_0 100
+#define RP_CATALOG_1_1 101
+extern int	RpCatalogVersion(void);
+extern bool RpRestoring(void);
 
 /* The activity row as rp_claim and friends need it. */
 typedef struct RpActivity

@@ -1,0 +1,359 @@
+-- redpacket 1.1: schema, tables, functions and views of the extension (full install script).
+\echo Use "CREATE EXTENSION redpacket" to load this file. \quit
+
+-- Types ------------------------------------------------------------------
+
+CREATE TYPE redpacket.claim_status AS ENUM (
+    'duplicate', 'frozen', 'not_started', 'ended', 'user_limit', 'exhausted', 'claimed'
+);
+COMMENT ON TYPE redpacket.claim_status IS
+    'Outcome of a claim, in the order rp_claim checks them: duplicate, frozen, not_started, ended, user_limit, exhausted, claimed.';
+
+CREATE TYPE redpacket.claim_result AS (
+    status     redpacket.claim_status,
+    claim_id   bigint,
+    amount     numeric,
+    claimed_at timestamptz
+);
+COMMENT ON TYPE redpacket.claim_result IS
+    'Result of rp_claim: the status, and for claimed/duplicate the claim''s id, amount and time.';
+
+-- Tables -----------------------------------------------------------------
+-- Every table is keyed by activity id first so that it can be distributed
+-- by activity.  Balances inside are integer minor units (bigint); amounts
+-- shown to people are numeric with the activity's scale.
+
+CREATE SEQUENCE redpacket.activity_id_seq;
+
+CREATE TABLE redpacket.activity (
+    id             bigint PRIMARY KEY DEFAULT pg_catalog.nextval('redpacket.activity_id_seq'),
+    name           text,
+    total          numeric NOT NULL CHECK (total > 0),
+    packets        integer CHECK (packets >= 1),
+    scale          integer NOT NULL CHECK (scale BETWEEN 0 AND 4),
+    stripes        integer NOT NULL CHECK (stripes BETWEEN 1 AND 1024),
+    per_user_limit integer NOT NULL CHECK (per_user_limit >= 1),
+    starts_at      timestamptz NOT NULL,
+    ends_at        timestamptz,
+    closed_at      timestamptz,
+    frozen_reason  text,
+    frozen_at      timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by     name NOT NULL DEFAULT pg_catalog.session_user(),
+    CHECK (ends_at IS NULL OR ends_at > starts_at)
+);
+ALTER SEQUENCE redpacket.activity_id_seq OWNED BY redpacket.activity.id;
+COMMENT ON TABLE redpacket.activity IS
+    'One row per red-packet activity: its funding, limits, schedule and operator state. Written only by the rp_* functions.';
+COMMENT ON COLUMN redpacket.activity.total IS 'Funded budget, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.activity.packets IS 'Cap on successful claims; required for lucky draws; NULL means no cap.';
+COMMENT ON COLUMN redpacket.activity.scale IS 'Fractional digits of the currency unit (2 = cents/fen).';
+COMMENT ON COLUMN redpacket.activity.stripes IS 'Number of sub-balances the budget is split across (may be fewer than asked when the budget or packet count is small).';
+COMMENT ON COLUMN redpacket.activity.per_user_limit IS 'Claims one user may hold; above 1, each claim needs a request_id.';
+COMMENT ON COLUMN redpacket.activity.closed_at IS 'Set when the activity was closed or settled after ends_at.';
+COMMENT ON COLUMN redpacket.activity.frozen_reason IS 'Non-NULL while the activity is frozen (operator hold or reconciliation mismatch).';
+
+CREATE TABLE redpacket.stripe (
+    activity_id bigint NOT NULL,
+    stripe      integer NOT NULL,
+    balance     bigint NOT NULL,
+    packets     integer,
+    claims      bigint NOT NULL DEFAULT 0,
+    halted      boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (activity_id, stripe)
+) WITH (fillfactor = 10);
+-- No CHECK constraints on stripe and claim: they would be recompiled for
+-- every claim statement, the C code never writes a negative balance, and
+-- reconciliation proves it on every pass.
+COMMENT ON TABLE redpacket.stripe IS
+    'Sub-balances of each activity, in integer minor units; claims on one activity spread over these rows. Low fillfactor keeps updates HOT and stripes on separate pages.';
+COMMENT ON COLUMN redpacket.stripe.balance IS 'Remaining budget of this stripe in minor units (10^-scale of the currency unit).';
+COMMENT ON COLUMN redpacket.stripe.packets IS 'Remaining packets of this stripe; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.stripe.claims IS 'Claims recorded against this stripe.';
+COMMENT ON COLUMN redpacket.stripe.halted IS 'Copy of "the activity is frozen or closed", kept on every stripe so a claim checks it on the row it decrements.';
+
+-- No CACHE: the reconciliation watermark relies on claim ids of one
+-- activity being handed out in the order its stripe locks are granted.
+CREATE SEQUENCE redpacket.claim_id_seq;
+
+CREATE TABLE redpacket.claim (
+    activity_id     bigint NOT NULL,
+    claim_id        bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.claim_id_seq'),
+    user_id         text COLLATE "C" NOT NULL,
+    request_id      text COLLATE "C",
+    idempotency_key text COLLATE "C" NOT NULL,
+    amount          numeric NOT NULL,
+    stripe          integer NOT NULL,
+    claimed_at      timestamptz NOT NULL,
+    PRIMARY KEY (activity_id, claim_id),
+    UNIQUE (activity_id, user_id, idempotency_key)
+);
+ALTER SEQUENCE redpacket.claim_id_seq OWNED BY redpacket.claim.claim_id;
+COMMENT ON TABLE redpacket.claim IS
+    'One row per successful claim; append-only. Unique on (activity_id, user_id, idempotency_key).';
+-- User and request ids are opaque identifiers: byte order ("C") keeps the
+-- unique index fast and independent of the database's locale.
+COMMENT ON COLUMN redpacket.claim.idempotency_key IS
+    'Empty when per_user_limit is 1 (one claim per user); the request_id otherwise.';
+COMMENT ON COLUMN redpacket.claim.stripe IS 'Stripe that paid the packet count of this claim (or most of its amount).';
+
+CREATE SEQUENCE redpacket.ledger_entry_id_seq;
+
+CREATE TABLE redpacket.ledger (
+    activity_id bigint NOT NULL,
+    entry_id    bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.ledger_entry_id_seq'),
+    kind        text NOT NULL CHECK (kind IN ('fund', 'return')),
+    amount      numeric NOT NULL CHECK (amount >= 0),
+    reason      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by  name NOT NULL DEFAULT pg_catalog.session_user(),
+    PRIMARY KEY (activity_id, entry_id)
+);
+ALTER SEQUENCE redpacket.ledger_entry_id_seq OWNED BY redpacket.ledger.entry_id;
+-- An activity is funded once and its remainder returned at most once.
+CREATE UNIQUE INDEX ledger_once ON redpacket.ledger (activity_id, kind);
+COMMENT ON TABLE redpacket.ledger IS
+    'Every money movement that is not a claim: the funding, and the remainder returned at close or expiry. Append-only.';
+
+CREATE TABLE redpacket.reconcile_state (
+    activity_id   bigint PRIMARY KEY,
+    last_claim_id bigint NOT NULL DEFAULT 0,
+    claimed       numeric NOT NULL DEFAULT 0,
+    claim_count   bigint NOT NULL DEFAULT 0,
+    settled       boolean NOT NULL DEFAULT false,
+    last_pass_at  timestamptz,
+    last_balance  numeric,
+    last_packets  bigint,
+    last_claims   bigint
+);
+COMMENT ON TABLE redpacket.reconcile_state IS
+    'Per-activity watermark of the incremental reconciliation: claims up to last_claim_id are summed into claimed and claim_count; last_balance, last_packets and last_claims are the stripe sums the last pass saw, so a pass over all activities can tell which changed.';
+
+CREATE SEQUENCE redpacket.reconciliation_pass_id_seq;
+
+CREATE TABLE redpacket.reconciliation (
+    activity_id      bigint NOT NULL,
+    pass_id          bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.reconciliation_pass_id_seq'),
+    checked_at       timestamptz NOT NULL,
+    full_check       boolean NOT NULL,
+    expected         numeric NOT NULL,
+    actual           numeric NOT NULL,
+    drift            numeric NOT NULL,
+    expected_packets bigint,
+    actual_packets   bigint,
+    expected_claims  bigint NOT NULL,
+    actual_claims    bigint NOT NULL,
+    negative_stripes integer NOT NULL,
+    new_claims       bigint NOT NULL,
+    ok               boolean NOT NULL,
+    PRIMARY KEY (activity_id, pass_id)
+);
+ALTER SEQUENCE redpacket.reconciliation_pass_id_seq OWNED BY redpacket.reconciliation.pass_id;
+COMMENT ON TABLE redpacket.reconciliation IS
+    'One row per activity per reconciliation pass: expected = funded - returned - sum of claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
+
+-- Append-only guard --------------------------------------------------------
+
+CREATE FUNCTION redpacket.refuse_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'insufficient_privilege',
+        MESSAGE = pg_catalog.format('%s on %I.%I is not allowed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+        DETAIL = 'Claims, ledger entries and reconciliation records are append-only.',
+        HINT = 'Money moves only through the redpacket functions; correct a mistake with a new entry.';
+END;
+$$;
+COMMENT ON FUNCTION redpacket.refuse_change() IS
+    'Trigger function that refuses UPDATE, DELETE and TRUNCATE on the append-only tables.';
+
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.claim
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.claim
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.ledger
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.reconciliation
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.reconciliation
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+
+-- Functions ----------------------------------------------------------------
+
+CREATE FUNCTION redpacket.rp_create_activity(
+    total          numeric,
+    packets        integer DEFAULT NULL,
+    starts_at      timestamptz DEFAULT pg_catalog.now(),
+    ends_at        timestamptz DEFAULT NULL,
+    stripes        integer DEFAULT NULL,
+    name           text DEFAULT NULL,
+    scale          integer DEFAULT 2,
+    per_user_limit integer DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_create_activity'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer) IS
+    'Funds a new activity with total (split over stripes sub-balances) and returns its id; packets caps the number of claims and enables lucky draws.';
+
+CREATE FUNCTION redpacket.rp_claim(
+    activity   bigint,
+    user_id    text,
+    amount     numeric DEFAULT NULL,
+    request_id text DEFAULT NULL)
+RETURNS redpacket.claim_result
+AS 'MODULE_PATHNAME', 'rp_claim'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) IS
+    'Claims from an activity: records the claim and decrements a stripe in the caller''s transaction. amount NULL draws a lucky amount. Business outcomes are statuses, bad input is an error.';
+
+CREATE FUNCTION redpacket.rp_claim_batch(
+    activity    bigint,
+    user_ids    text[],
+    amounts     numeric[] DEFAULT NULL,
+    request_ids text[] DEFAULT NULL)
+RETURNS TABLE (ord integer, user_id text, status redpacket.claim_status,
+               claim_id bigint, amount numeric, claimed_at timestamptz)
+AS 'MODULE_PATHNAME', 'rp_claim_batch'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100;
+COMMENT ON FUNCTION redpacket.rp_claim_batch(bigint, text[], numeric[], text[]) IS
+    'Many claims on one activity in one call, element by element in array order, with the same outcomes as rp_claim; any bad element makes the whole call an error.';
+
+CREATE FUNCTION redpacket.rp_close_activity(activity bigint)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'rp_close_activity'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_close_activity(bigint) IS
+    'Ends the activity now, returns the unclaimed remainder to the funder in the ledger, and returns that remainder (0 when already settled).';
+
+CREATE FUNCTION redpacket.rp_freeze(activity bigint, reason text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rp_freeze'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_freeze(bigint, text) IS
+    'Operator hold: new claims get status frozen until rp_unfreeze.';
+
+CREATE FUNCTION redpacket.rp_unfreeze(activity bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rp_unfreeze'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_unfreeze(bigint) IS
+    'Lifts an operator or reconciliation freeze.';
+
+CREATE FUNCTION redpacket.rp_reconcile(activity bigint DEFAULT NULL, full_check boolean DEFAULT false)
+RETURNS SETOF redpacket.reconciliation
+AS 'MODULE_PATHNAME', 'rp_reconcile'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_reconcile(bigint, boolean) IS
+    'One reconciliation pass over one activity, or over every activity that changed since its last pass; settles expired activities. full_check re-sums every claim instead of only the new ones. Returns nothing when another pass is running.';
+
+-- Operator view ------------------------------------------------------------
+
+CREATE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       a.total,
+       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
+               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.sum(l.amount) AS returned
+    FROM redpacket.ledger l
+    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
+      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true;
+COMMENT ON VIEW redpacket.activity_status IS
+    'One row per activity for operators: state (scheduled, active, exhausted, ended, frozen), claimed and remaining amounts and packets, last reconciliation.';
+
+-- Role helpers ----------------------------------------------------------------
+-- Run by the extension owner (or a superuser): they grant exactly what the
+-- README's roles section describes, nothing more.
+
+CREATE FUNCTION redpacket.rp_grant_app(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text),'
+        ' redpacket.rp_claim_batch(bigint, text[], numeric[], text[]) TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
+    'Grants an application role what it needs to claim: USAGE on the schema and EXECUTE on rp_claim and rp_claim_batch.';
+
+CREATE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION'
+        ' redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer),'
+        ' redpacket.rp_close_activity(bigint), redpacket.rp_freeze(bigint, text),'
+        ' redpacket.rp_unfreeze(bigint), redpacket.rp_reconcile(bigint, boolean) TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT SELECT ON redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,'
+        ' redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_status TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
+    'Grants an operator role the admin functions (create, close, freeze, unfreeze, reconcile) and SELECT on the tables and the activity_status view.';
+
+-- Privileges: nothing for PUBLIC; the owner grants application and operator
+-- roles what they need (see rp_grant_app / rp_grant_operator).
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA redpacket FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA redpacket FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA redpacket FROM PUBLIC;
+
+-- pg_dump keeps the data of extension tables only when told to.
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.stripe', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.ledger', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.ledger_entry_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconcile_state', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconciliation', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconciliation_pass_id_seq', '');

@@ -1,0 +1,165 @@
+/*
+ * base.c
+ *		The base layer every subsystem builds on: the extension's own advisory
+ *		lock space, SPI plans prepared once per backend, reading SPI results,
+ *		the installed catalog version and the restore flag.  It calls nothing
+ *		else of redpacket's.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+
+#include "redpacket.h"
+
+/*
+ * Take (or try) a transaction-scoped lock in redpacket's lock space.
+ * field1 is the database, field2 folds the 64-bit activity id into 32 bits:
+ * ids that alias only share a lock, which can make them wait for each other
+ * but never breaks mutual exclusion.
+ */
+static void
+RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub)
+{
+	uint64		a = (uint64) activity;
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (a ^ (a >> 32)), sub,
+						 (uint16) kind);
+}
+
+bool
+RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait)
+{
+	LOCKTAG		tag;
+
+	RpLockTag(&tag, kind, activity, sub);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void
+RpUnlock(RpLockKind kind, int64 activity, uint32 sub)
+{
+	LOCKTAG		tag;
+
+	RpLockTag(&tag, kind, activity, sub);
+	LockRelease(&tag, ExclusiveLock, false);
+}
+
+/*
+ * Prepare a statement on first use and keep it for the life of the backend.
+ * The plan cache revalidates it after DDL, so it survives ALTER and even
+ * DROP/CREATE EXTENSION (the names are re-resolved).
+ */
+SPIPlanPtr
+RpPrepared(RpPlan *p)
+{
+	if (p->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, p->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 p->sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		p->plan = plan;
+	}
+	return p->plan;
+}
+
+/* Execute a kept plan; any SPI failure is an internal error. */
+int
+RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count)
+{
+	int			rc = SPI_execute_plan(RpPrepared(p), values, nulls, read_only, count);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 p->sql, SPI_result_code_string(rc));
+	return rc;
+}
+
+Datum
+RpGetDatum(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+int64
+RpGetInt64(int row, int col, int64 if_null)
+{
+	bool		isnull;
+	Datum		d = RpGetDatum(row, col, &isnull);
+
+	return isnull ? if_null : DatumGetInt64(d);
+}
+
+static RpPlan catalog_version = {
+	"SELECT e.extversion FROM pg_catalog.pg_extension e"
+	" WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket'",
+	0, {InvalidOid}
+};
+
+/*
+ * The version of the installed SQL objects as major * 100 + minor (1.0 is
+ * 100, 1.1 is 101), or 0 when the extension is not installed.  The library
+ * serves every catalog it can meet: code that needs objects of a later
+ * version asks this first.  Read once per transaction; ALTER EXTENSION
+ * UPDATE commits before anyone can see the new objects.  Must be called
+ * inside SPI_connect.
+ */
+int
+RpCatalogVersion(void)
+{
+	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static int	cached = 0;
+	int			major = 0,
+				minor = 0;
+
+	if (cached_lxid == MyProc->lxid)
+		return cached;
+	if (RpExec(&catalog_version, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the redpacket extension version");
+	cached = 0;
+	if (SPI_processed == 1)
+	{
+		bool		isnull;
+		char	   *v = TextDatumGetCString(RpGetDatum(0, 1, &isnull));
+
+		if (sscanf(v, "%d.%d", &major, &minor) == 2)
+			cached = major * 100 + minor;
+	}
+	cached_lxid = MyProc->lxid;
+	return cached;
+}
+
+static RpPlan database_restoring = {
+	"SELECT true FROM pg_catalog.pg_db_role_setting s"
+	" WHERE s.setdatabase OPERATOR(pg_catalog.=) $1"
+	"   AND s.setrole OPERATOR(pg_catalog.=) 0::pg_catalog.oid"
+	"   AND 'redpacket.restoring=on' OPERATOR(pg_catalog.=) ANY (s.setconfig)",
+	1, {OIDOID}
+};
+
+/*
+ * True while a restore is in progress: redpacket.restoring is on in this
+ * session, or set for this database (rp_pre_restore does that).  The
+ * database setting is read from the catalog, not the session's copy, so a
+ * long-lived worker sees it as soon as it is committed.  Must be called
+ * inside SPI_connect.
+ */
+bool
+RpRestoring(void)
+{
+	Datum		db = ObjectIdGetDatum(MyDatabaseId);
+
+	if (rp_restoring)
+		return true;
+	if (RpExec(&database_restoring, &db, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the settings of the database");
+	return SPI_processed > 0;
+}
