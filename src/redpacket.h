@@ -168,6 +168,21 @@ extern uint32 RpUserHash(text *user_id);
 extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
+/*
+ * stats.c: per-activity counters of answers and events, kept in shared
+ * memory when the library is preloaded (a no-op otherwise).  The answers
+ * are counted by their RpStatus; the events that are not answers follow.
+ */
+typedef enum RpStatEvent
+{
+	RP_STAT_WAIT = RP_NSTATUS,	/* waited for a busy stripe */
+	RP_STAT_GATHER,				/* locked every stripe to pay one claim */
+	RP_STAT_ERROR,				/* a claim call that raised an error */
+	RP_NSTATS
+} RpStatEvent;
+
+extern void RpStatsCount(int64 activity, int event);
+
 /* reconcile.c */
 extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
 
