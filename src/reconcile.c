@@ -1086,10 +1086,12 @@ RpWorkerPass(void)
 		CHECK_FOR_INTERRUPTS();
 		InTransaction(WorkerOne, &w);
 	}
-	if (w.go && w.n > 0)
+	if (w.go)
 	{
+		/* also when nothing was due: the status shows the reconciler alive */
 		InTransaction(WorkerRecord, &w);
-		elog(DEBUG1, "redpacket reconciler checked %d activities", w.pass.checked);
+		if (w.n > 0)
+			elog(DEBUG1, "redpacket reconciler checked %d activities", w.pass.checked);
 	}
 	MemoryContextDelete(w.cxt);
 	pgstat_report_stat(true);

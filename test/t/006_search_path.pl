@@ -202,11 +202,15 @@ ok( su_poll(
 		qq{SELECT frozen_reason IS NOT NULL FROM redpacket.activity WHERE id = $tampered}),
 	'the worker froze the tampered activity');
 
-# several more passes
-my $passes = su(q{SELECT count(*) FROM redpacket.reconciliation});
-ok( su_poll(
-		qq{SELECT count(*) >= $passes + 3 FROM redpacket.reconciliation}),
-	'the worker kept passing');
+# several more passes, each with a new claim to check
+for my $i (1 .. 3)
+{
+	mallory(qq{SELECT redpacket.rp_claim($open, 'later$i', 0.50)});
+	ok( su_poll(qq{SELECT r.last_claim_id >= (SELECT max(claim_id) FROM redpacket.claim
+	                                           WHERE activity_id = $open)
+	                 FROM redpacket.reconcile_state r WHERE r.activity_id = $open}),
+		"worker pass $i after a claim");
+}
 
 # a superuser calls the pass itself, with the database's search_path
 $node->safe_psql('shop', "SELECT * FROM redpacket.rp_reconcile()");
