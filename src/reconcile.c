@@ -351,7 +351,7 @@ Incomplete(const RpActivity *act, bool repair)
 	int64		rows;
 	bool		isnull;
 
-	if (RpExec(&completeness, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExec(&completeness, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the completeness of activity " INT64_FORMAT, act->id);
 	initStringInfo(&why);
 	rows = RpGetInt64(0, 1, 0);
