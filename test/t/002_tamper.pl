@@ -58,14 +58,17 @@ sub claim_status
 }
 
 # Wait for the first not-ok row of an activity after pass $after; returns
-# the seconds it took from $t0.
+# the seconds from $t0 (a server timestamp) to that row's checked_at: the
+# worker's own delay, not the harness's (psql start-ups on a busy machine).
 sub wait_mismatch
 {
 	my ($aid, $after, $t0) = @_;
 	$node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM redpacket.reconciliation WHERE activity_id = $aid AND pass_id > $after AND NOT ok"
 	) or die "no mismatch recorded for activity $aid";
-	return time - $t0;
+	return sql(qq{SELECT extract(epoch FROM min(checked_at) - '$t0'::timestamptz)
+	                FROM redpacket.reconciliation
+	               WHERE activity_id = $aid AND pass_id > $after AND NOT ok});
 }
 
 sub max_pass { return sql('SELECT coalesce(max(pass_id), 0) FROM redpacket.reconciliation'); }
@@ -125,7 +128,7 @@ is(scalar(keys %alerts), 0, 'no alert while everything is healthy');
 
 my $log_offset = -s $node->logfile;
 my $before = max_pass();
-my $t0 = time;
+my $t0 = sql('SELECT clock_timestamp()');
 sql(qq{
 SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 5
@@ -301,7 +304,7 @@ $node->wait_for_log(qr/parameter "redpacket.freeze_on_mismatch" changed to "off"
 sleep 2 * $interval;    # the worker reloads on its next wake-up
 
 $before = max_pass();
-$t0 = time;
+$t0 = sql('SELECT clock_timestamp()');
 sql(qq{
 SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 3
