@@ -378,14 +378,14 @@ CREATE FUNCTION redpacket.rp_activity_stats(
     OUT errors bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'rp_activity_stats'
-LANGUAGE C VOLATILE;
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
     'The shared-memory counters of this database''s activities (empty unless redpacket is in shared_preload_libraries); a row with a NULL activity_id holds the events of activities that found the table full. Read it through the activity_stats view.';
 
 CREATE FUNCTION redpacket.rp_stats_reset(activity bigint DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'rp_stats_reset'
-LANGUAGE C VOLATILE;
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION redpacket.rp_stats_reset(bigint) IS
     'Forgets the counters of one activity of this database, or with NULL of all of them and the untracked counters; returns how many activities were forgotten.';
 
