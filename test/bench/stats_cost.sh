@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # CPU per claim with the activity counters (redpacket.track_stats) on and
-# off, side by side in one run.  On a throwaway preloaded cluster: ROUNDS
-# rounds, each running CLAIMS single-claim transactions (pgbench -c 1 -t,
-# each on a fresh activity) once with the counters on and once off, the
-# order alternating between rounds.  The backend samples its own CPU time
-# (/proc/self/stat utime + stime) before the first and after the last claim.
-# Prints microseconds of backend CPU per claim for each mode (sum over the
-# rounds) and the ratio on/off; the goal is a ratio within 1.05.
+# off, side by side in one run, in one backend: a single pgbench client makes
+# CLAIMS single-claim transactions on one activity, switching the counters
+# on and off every BLOCK claims (SET redpacket.track_stats), so that load
+# from anything else on the machine falls on both modes alike.  At each
+# switch the backend samples its own CPU time (/proc/self/stat utime +
+# stime).  Prints microseconds of backend CPU per claim for each mode and the
+# ratio on/off; the goal is a ratio within 1.05.
 #
 #   bash test/bench/stats_cost.sh        as an ordinary user (initdb refuses root)
 #
-# Environment: PG_CONFIG, STATS_CLAIMS (20000), STATS_ROUNDS (4),
-# STATS_PORT (a free TCP port on 127.0.0.1, 24050 by default).
+# Environment: PG_CONFIG, STATS_CLAIMS (60000), STATS_BLOCK (1000),
+# STATS_PORT (a free TCP port, 24050 by default).
 set -euo pipefail
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PGBIN=$("$PG_CONFIG" --bindir)
-CLAIMS=${STATS_CLAIMS:-20000}
-ROUNDS=${STATS_ROUNDS:-4}
+CLAIMS=${STATS_CLAIMS:-60000}
+BLOCK=${STATS_BLOCK:-1000}
 export PGPORT=${STATS_PORT:-24050} PGDATABASE=postgres PGUSER=$(id -un)
 unset PGSERVICE PGPASSWORD PGOPTIONS
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-stats-cost.XXXXXX")
@@ -39,51 +39,52 @@ CONF
 psql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 psql <<'SQL'
 CREATE EXTENSION redpacket;
-CREATE TABLE cpu_sample (mode int, round int, at_end boolean, ticks bigint);
-CREATE FUNCTION cpu_sample(p_mode int, p_round int, p_end boolean) RETURNS void
+CREATE TABLE cpu_sample (block int, ticks bigint);
+CREATE FUNCTION cpu_sample(p_block int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     stat text := pg_read_file('/proc/self/stat');
     f text[] := regexp_split_to_array(substr(stat, strpos(stat, ') ') + 2), ' ');
 BEGIN
-    INSERT INTO cpu_sample VALUES (p_mode, p_round, p_end, f[12]::bigint + f[13]::bigint);
+    INSERT INTO cpu_sample VALUES (p_block, f[12]::bigint + f[13]::bigint);
 END;
 $$;
 SQL
+# block b (0, 1, ...) runs with the counters on when b is odd; block 0 (the
+# warm-up: plans prepared, caches filled) is left out of the comparison
 cat >"$DIR/claim.pgbench" <<'PGB'
 \set n :n + 1
-\if :n = 1
-SELECT cpu_sample(:mode, :round, false);
+\if :n % :block = 1
+\set b :n / :block
+SELECT cpu_sample(:b);
+\if :b % 2 = 1
+SET redpacket.track_stats = on;
+\else
+SET redpacket.track_stats = off;
+\endif
 \endif
 SELECT status FROM redpacket.rp_claim(:act, 'u' || :n, 0.01);
 \if :n = :total
-SELECT cpu_sample(:mode, :round, true);
+SELECT cpu_sample(:n / :block);
 \endif
 PGB
 
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) = 1 ]; then modes="on off"; else modes="off on"; fi
-    for mode in $modes; do
-        act=$(psql -c "SELECT redpacket.rp_create_activity(1000000.00)")
-        PGOPTIONS="-c redpacket.track_stats=$mode" "$PGBIN/pgbench" -n -c 1 -t "$CLAIMS" \
-            -D n=0 -D total="$CLAIMS" -D act="$act" -D mode="$([ "$mode" = on ] && echo 1 || echo 0)" -D round="$round" \
-            -f "$DIR/claim.pgbench" >"$DIR/pgbench.log" 2>&1 || { cat "$DIR/pgbench.log"; exit 1; }
-    done
-done
+act=$(psql -c "SELECT redpacket.rp_create_activity(1000000.00)")
+"$PGBIN/pgbench" -n -c 1 -t "$CLAIMS" -D n=0 -D total="$CLAIMS" -D block="$BLOCK" -D act="$act" \
+    -f "$DIR/claim.pgbench" >"$DIR/pgbench.log" 2>&1 || { cat "$DIR/pgbench.log"; exit 1; }
 
-psql -c "SELECT 'counted claims (counters on): ' || coalesce(sum(claimed), 0) FROM redpacket.activity_stats"
+psql -c "SELECT 'claims counted (blocks with counters on): ' || coalesce(sum(claimed), 0) FROM redpacket.activity_stats"
 psql <<SQL
-WITH runs AS (
-    SELECT mode, round, max(ticks) FILTER (WHERE at_end) - max(ticks) FILTER (WHERE NOT at_end) AS ticks
-      FROM cpu_sample GROUP BY mode, round),
+WITH blocks AS (
+    SELECT block, block % 2 AS mode,
+           lead(ticks) OVER (ORDER BY block) - ticks AS ticks
+      FROM cpu_sample),
 per AS (
-    SELECT mode, sum(ticks) * $TICK_US / ($CLAIMS * $ROUNDS)::numeric AS us,
-           string_agg(ticks::text, ' ' ORDER BY round) AS ticks_by_round
-      FROM runs GROUP BY mode)
-SELECT format('claims per mode: %s (%s rounds of %s); backend CPU us/claim: on %s, off %s; ratio on/off %s; ticks by round: on [%s] off [%s]',
-              $CLAIMS * $ROUNDS, $ROUNDS, $CLAIMS,
-              round(on_.us, 2), round(off_.us, 2), round(on_.us / off_.us, 3),
-              on_.ticks_by_round, off_.ticks_by_round)
+    SELECT mode, count(*) AS blocks, sum(ticks) * $TICK_US / (count(*) * $BLOCK)::numeric AS us
+      FROM blocks WHERE ticks IS NOT NULL AND block > 0 GROUP BY mode)
+SELECT format('%s claims in blocks of %s alternating on/off (%s blocks on, %s off); backend CPU us/claim: on %s, off %s; ratio on/off %s',
+              $CLAIMS, $BLOCK, on_.blocks, off_.blocks,
+              round(on_.us, 2), round(off_.us, 2), round(on_.us / off_.us, 3))
   FROM per on_, per off_ WHERE on_.mode = 1 AND off_.mode = 0;
 SQL
