@@ -6,8 +6,8 @@
 #   make stress / make bench         concurrency stress run / benchmark suite
 
 MODULE_big = redpacket
-OBJS = src/redpacket.o src/base.o src/money.o src/stripe.o src/claim.o src/batch.o \
-       src/activity.o src/reconcile.o src/worker.o \
+OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
+       src/stripe.o src/claim.o src/batch.o src/activity.o src/reconcile.o src/worker.o \
        src/stats.o
 
 EXTENSION = redpacket

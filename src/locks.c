@@ -1,0 +1,177 @@
+/*
+ * locks.c
+ *		The locking protocol of rp_claim and rp_claim_batch.
+ *
+ *		Locks.  A single claim holds its user's lock (activity, hash of the
+ *		user) and, in RowExclusiveLock, the user's bucket (hash modulo
+ *		RP_USER_BUCKETS); a batch holds the buckets of its users in
+ *		ExclusiveLock instead, so it needs at most RP_USER_BUCKETS user locks
+ *		whatever its size, and still excludes every single claim of its
+ *		users.  Money is taken under stripe locks, kept to the end of the
+ *		transaction for the stripes written.
+ *
+ *		Waiting.  Which waits are allowed, and why a transaction that makes a
+ *		single rp_claim call is never part of a deadlock:
+ *		1. A claim or batch never waits for a stripe while holding a lock it
+ *		   took itself: it gives everything back, waits for the busy stripe,
+ *		   keeps it, and takes the rest only if they are free (else gives
+ *		   back again).  A single claim waits for its user and bucket locks
+ *		   holding nothing of its own either (RpLockUser).
+ *		2. A batch waits for its buckets in bucket order, holding only lower
+ *		   buckets of its own.
+ *		3. A claim or batch that needs every stripe and holds nothing from
+ *		   earlier claims on the activity in its transaction (a gatherer)
+ *		   gives everything back, takes the activity's gather lock, waits
+ *		   for every stripe in stripe order and then for its user or bucket
+ *		   locks.  The lock queues are fair, so it is served in bounded time
+ *		   while other claims keep coming.  Close, freeze and reconciliation
+ *		   also wait for the stripes in stripe order, holding nothing else.
+ *		4. A transaction that holds locks of earlier claims on the activity
+ *		   is not a gatherer (it gathers by rule 1), and before any wait it
+ *		   takes the gather lock in share mode, holding it while it waits;
+ *		   if a gatherer holds or awaits the gather lock it fails with 40P01
+ *		   instead of waiting (RpWaitLock).
+ *		A cycle of waits needs someone who waits while holding a lock that
+ *		another waiter in the cycle wants.  By 1 that is never a single
+ *		claim's own lock.  Gatherers are serialized by the gather lock and,
+ *		with close, freeze and reconciliation, take stripes in one order, so
+ *		a cycle through a gatherer's stripes needs a transaction that holds
+ *		a stripe out of that order: one with earlier claims, which by 4
+ *		never waits while a gatherer is about; its wait, begun first, ends
+ *		before a gatherer can start (the share lock).  A gatherer's final
+ *		wait for user and bucket locks meets only holders that are running
+ *		(1, 2) or that hold earlier claims (4).  So cycles involve only
+ *		transactions with several claims (or a batch with an earlier claim),
+ *		and PostgreSQL's deadlock detector fails one of those with 40P01.
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "storage/proc.h"
+
+#include "redpacket.h"
+
+uint32
+RpUserHash(text *user_id)
+{
+	return hash_bytes((const unsigned char *) VARDATA_ANY(user_id),
+					  VARSIZE_ANY_EXHDR(user_id));
+}
+
+/*
+ * The activities on which this transaction has kept locks from a claim or
+ * a batch (a few; past that, every activity counts as held).
+ */
+#define RP_HELD_MAX 8
+static LocalTransactionId held_lxid = InvalidLocalTransactionId;
+static int	held_n = 0;
+static bool held_overflow = false;
+static int64 held_ids[RP_HELD_MAX];
+
+bool
+RpHeldEarlier(int64 activity)
+{
+	if (held_lxid != MyProc->lxid)
+		return false;
+	if (held_overflow)
+		return true;
+	for (int i = 0; i < held_n; i++)
+		if (held_ids[i] == activity)
+			return true;
+	return false;
+}
+
+/* A claim or batch on the activity is done and keeps its locks. */
+void
+RpNoteHeld(int64 activity)
+{
+	if (held_lxid != MyProc->lxid)
+	{
+		held_lxid = MyProc->lxid;
+		held_n = 0;
+		held_overflow = false;
+	}
+	if (RpHeldEarlier(activity))
+		return;
+	if (held_n < RP_HELD_MAX)
+		held_ids[held_n++] = activity;
+	else
+		held_overflow = true;
+}
+
+/*
+ * Wait for a lock of the activity; rule 4 above when this transaction holds
+ * locks of earlier claims on it.
+ */
+void
+RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
+{
+	bool		guard = RpHeldEarlier(activity);
+
+	if (guard && !RpLockMode(RP_LOCK_GATHER, activity, 0, ShareLock, false))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("could not claim on activity " INT64_FORMAT " without risking a deadlock",
+						activity),
+				 errdetail("This transaction holds locks of its earlier claims on the activity, and a claim that needs every stripe is waiting for them."),
+				 errhint("Retry the transaction, and keep claims in short transactions.")));
+	(void) RpLockMode(kind, activity, sub, mode, true);
+	if (guard)
+		RpUnlockMode(RP_LOCK_GATHER, activity, 0, ShareLock);
+}
+
+/*
+ * Take a single claim's user lock and bucket lock.  Without wait, only if
+ * both are free.  With wait, each wait holds neither (rule 1), except for a
+ * gatherer, which holds its stripes (rule 3).
+ */
+bool
+RpLockUser(int64 activity, uint32 user_hash, bool wait)
+{
+	uint32		bucket = user_hash % RP_USER_BUCKETS;
+
+	if (!wait)
+	{
+		if (!RpLockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock, false))
+			return false;
+		if (RpLock(RP_LOCK_USER, activity, user_hash, false))
+			return true;
+		RpUnlockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+		return false;
+	}
+	for (;;)
+	{
+		RpWaitLock(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+		if (RpLock(RP_LOCK_USER, activity, user_hash, false))
+			return true;
+		RpUnlockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+		RpWaitLock(RP_LOCK_USER, activity, user_hash, ExclusiveLock);
+		if (RpLockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock, false))
+			return true;
+		RpUnlock(RP_LOCK_USER, activity, user_hash);
+	}
+}
+
+void
+RpUnlockUser(int64 activity, uint32 user_hash)
+{
+	RpUnlock(RP_LOCK_USER, activity, user_hash);
+	RpUnlockMode(RP_LOCK_BUCKET, activity, user_hash % RP_USER_BUCKETS, RowExclusiveLock);
+}
+
+/* Rule 3: holding nothing, become the gatherer and wait for every stripe. */
+void
+RpGatherBegin(const RpActivity *act)
+{
+	RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock);
+	RpLockAllStripes(act);
+}
+
+/* Let go of what RpGatherBegin took (the stripes written stay locked). */
+void
+RpGatherEnd(const RpActivity *act)
+{
+	for (int s = 0; s < act->stripes; s++)
+		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+	RpUnlock(RP_LOCK_GATHER, act->id, 0);
+}
