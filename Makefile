@@ -44,3 +44,11 @@ demo:
 
 # Every object depends on the shared header.
 $(OBJS): src/redpacket.h
+
+# The allocator's own tests: a program built from src/alloc.c alone, for
+# tests only (never installed).
+.PHONY: alloc-test
+test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/redpacket.h
+	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
+alloc-test: test/alloc/plan_test
+	test/alloc/plan_test
