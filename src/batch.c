@@ -65,42 +65,55 @@ typedef struct BatchStripes
  */
 static RpPlan existing_claims = {
 	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
-	"  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, idem, ord)"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                  pg_catalog.unnest($3::pg_catalog.text[]))"
+	"       WITH ORDINALITY AS k(user_id, idem, ord)"
 	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
 	"                        FROM redpacket.claim c"
-	"                       WHERE c.activity_id = $1 AND c.user_id = k.user_id"
-	"                         AND c.idempotency_key = k.idem LIMIT 1) c",
+	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
+	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
 	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
 static RpPlan held_counts = {
-	"SELECT k.ord, (SELECT count(*) FROM redpacket.claim c"
-	"                WHERE c.activity_id = $1 AND c.user_id = k.user_id)"
-	"  FROM unnest($2::text[]) WITH ORDINALITY AS k(user_id, ord)",
+	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c"
+	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)"
+	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)",
 	2, {INT8OID, TEXTARRAYOID}
 };
 
 static RpPlan read_stripes = {
 	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted"
-	"  FROM redpacket.stripe s WHERE s.activity_id = $1 AND s.stripe = ANY ($2)",
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
+	"   AND s.stripe OPERATOR(pg_catalog.=) ANY ($2)",
 	2, {INT8OID, INT4ARRAYOID}
 };
 
 static RpPlan debit_stripes = {
 	"UPDATE redpacket.stripe s"
-	"   SET balance = s.balance - d.units, packets = s.packets - d.packets,"
-	"       claims = s.claims + d.claims"
-	"  FROM unnest($2::integer[], $3::bigint[], $4::integer[], $5::bigint[])"
+	"   SET balance = s.balance OPERATOR(pg_catalog.-) d.units,"
+	"       packets = s.packets OPERATOR(pg_catalog.-) d.packets,"
+	"       claims = s.claims OPERATOR(pg_catalog.+) d.claims"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int4[]),"
+	"                  pg_catalog.unnest($3::pg_catalog.int8[]),"
+	"                  pg_catalog.unnest($4::pg_catalog.int4[]),"
+	"                  pg_catalog.unnest($5::pg_catalog.int8[]))"
 	"       AS d(stripe, units, packets, claims)"
-	" WHERE s.activity_id = $1 AND s.stripe = d.stripe",
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) d.stripe",
 	5, {INT8OID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
 static RpPlan insert_claims = {
 	"INSERT INTO redpacket.claim"
 	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
-	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, now()"
-	"   FROM unnest($2::text[], $3::text[], $4::text[], $5::numeric[], $6::integer[])"
+	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
+	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($3::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($4::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($5::pg_catalog.numeric[]),"
+	"                   pg_catalog.unnest($6::pg_catalog.int4[]))"
 	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)"
 	"  ORDER BY k.ord"
 	" RETURNING claim_id, claimed_at",

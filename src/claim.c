@@ -40,21 +40,23 @@ static RpPlan lookup = {
 	"       c.claim_id, c.amount, c.claimed_at"
 	"  FROM redpacket.activity a"
 	"  LEFT JOIN redpacket.claim c"
-	"    ON c.activity_id = a.id AND c.user_id = $2"
-	"   AND c.idempotency_key = CASE WHEN a.per_user_limit = 1 THEN '' ELSE $3 END"
-	" WHERE a.id = $1",
+	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2"
+	"   AND c.idempotency_key OPERATOR(pg_catalog.=)"
+	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1",
 	3, {INT8OID, TEXTOID, TEXTOID}
 };
 
 static RpPlan count_user = {
-	"SELECT count(*) FROM redpacket.claim WHERE activity_id = $1 AND user_id = $2",
+	"SELECT pg_catalog.count(*) FROM redpacket.claim"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, TEXTOID}
 };
 
 static RpPlan insert_claim = {
 	"INSERT INTO redpacket.claim"
 	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
-	" VALUES ($1, $2, $3, $4, $5, $6, now())"
+	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.now())"
 	" ON CONFLICT (activity_id, user_id, idempotency_key) DO NOTHING"
 	" RETURNING claim_id, claimed_at",
 	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}

@@ -29,9 +29,12 @@
  */
 static RpPlan take_fixed = {
 	"UPDATE redpacket.stripe"
-	"   SET balance = balance - $3, packets = packets - 1, claims = claims + 1"
-	" WHERE activity_id = $1 AND stripe = $2 AND balance >= $3"
-	"   AND (packets IS NULL OR packets > 0) AND NOT halted",
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
+	"       packets = packets OPERATOR(pg_catalog.-) 1,"
+	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2"
+	"   AND balance OPERATOR(pg_catalog.>=) $3"
+	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted",
 	3, {INT8OID, INT4OID, INT8OID}
 };
 
@@ -46,16 +49,21 @@ static RpPlan take_fixed = {
 #define TAKE_AND_CLAIM(limit_check) \
 	"WITH t AS (" \
 	"  UPDATE redpacket.stripe s" \
-	"     SET balance = s.balance - $3, packets = s.packets - 1, claims = s.claims + 1" \
-	"   WHERE s.activity_id = $1 AND s.stripe = $2 AND s.balance >= $3" \
-	"     AND (s.packets IS NULL OR s.packets > 0) AND NOT s.halted" \
-	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c WHERE c.activity_id = $1" \
-	"                      AND c.user_id = $4 AND c.idempotency_key = $6)" \
+	"     SET balance = s.balance OPERATOR(pg_catalog.-) $3," \
+	"         packets = s.packets OPERATOR(pg_catalog.-) 1," \
+	"         claims = s.claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
+	"   WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2" \
+	"     AND s.balance OPERATOR(pg_catalog.>=) $3" \
+	"     AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0) AND NOT s.halted" \
+	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c" \
+	"                      WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                        AND c.user_id OPERATOR(pg_catalog.=) $4" \
+	"                        AND c.idempotency_key OPERATOR(pg_catalog.=) $6)" \
 	limit_check \
 	"  RETURNING s.stripe)" \
 	" INSERT INTO redpacket.claim" \
 	"        (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)" \
-	" SELECT $1, $4, $5, $6, $7, t.stripe, now() FROM t" \
+	" SELECT $1, $4, $5, $6, $7, t.stripe, pg_catalog.now() FROM t" \
 	" RETURNING claim_id, claimed_at"
 
 /* one claim per user: the duplicate check is the limit check */
@@ -65,33 +73,39 @@ static RpPlan take_and_claim = {
 };
 
 static RpPlan take_and_claim_limited = {
-	TAKE_AND_CLAIM("     AND (SELECT count(*) FROM redpacket.claim c"
-				   "           WHERE c.activity_id = $1 AND c.user_id = $4) < $8"),
+	TAKE_AND_CLAIM("     AND (SELECT pg_catalog.count(*) FROM redpacket.claim c"
+				   "           WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+				   "             AND c.user_id OPERATOR(pg_catalog.=) $4)"
+				   "         OPERATOR(pg_catalog.<) $8"),
 	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
 };
 
 static RpPlan read_stripe = {
 	"SELECT s.balance, s.packets FROM redpacket.stripe s"
-	" WHERE s.activity_id = $1 AND s.stripe = $2 AND NOT s.halted",
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2"
+	"   AND NOT s.halted",
 	2, {INT8OID, INT4OID}
 };
 
 static RpPlan read_all = {
 	"SELECT s.stripe, s.balance, coalesce(s.packets, 0)"
-	"  FROM redpacket.stripe s WHERE s.activity_id = $1 ORDER BY s.stripe",
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
+	" ORDER BY s.stripe",
 	1, {INT8OID}
 };
 
 static RpPlan read_halt = {
 	"SELECT a.frozen_reason IS NOT NULL, a.closed_at IS NOT NULL"
-	"  FROM redpacket.activity a WHERE a.id = $1",
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}
 };
 
 static RpPlan debit = {
 	"UPDATE redpacket.stripe"
-	"   SET balance = balance - $3, packets = packets - $4, claims = claims + $5"
-	" WHERE activity_id = $1 AND stripe = $2",
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
+	"       packets = packets OPERATOR(pg_catalog.-) $4,"
+	"       claims = claims OPERATOR(pg_catalog.+) $5"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2",
 	5, {INT8OID, INT4OID, INT8OID, INT4OID, INT8OID}
 };
 
