@@ -34,6 +34,9 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# the TAP tests' own Perl module (test/perl/RedpacketTest.pm)
+PG_PROVE_FLAGS += -I $(srcdir)/test/perl
+
 .PHONY: stress bench demo
 stress:
 	bash test/stress/run.sh

@@ -651,7 +651,7 @@ WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
 }
 
 /*
- * One attempt at the whole batch, holding its buckets: read everything,
+ * One attempt at the whole batch, holding its user locks: read everything,
  * lock stripes, decide, write.  Returns RP_TAKE_OK when every element has
  * its answer, or, having written nothing and holding no stripe it took,
  * RP_TAKE_WAIT / RP_TAKE_GATHER with the busy stripe in *wait_stripe.
@@ -675,62 +675,120 @@ BatchAttempt(int64 activity, BatchElem *e, int n, int *wait_stripe)
 	return RP_TAKE_OK;
 }
 
-/* The batch's locks: its users' buckets, a stripe kept, or a gather. */
+/*
+ * The batch's locks on its users.  A batch of at most RP_BATCH_USER_LOCKS
+ * distinct users locks them as single claims do: its buckets in shared mode,
+ * then each user, so concurrent batches of different users do not wait for
+ * each other.  A larger batch locks its buckets exclusively instead (at most
+ * RP_USER_BUCKETS locks whatever its size).  Either way buckets are taken in
+ * bucket order, then users in hash order (rule 2 in locks.c).
+ */
+#define RP_BATCH_USER_LOCKS 128
+
 typedef struct BatchLocks
 {
 	int64		activity;
 	uint32	   *buckets;		/* distinct, ascending */
 	int			nbuckets;
+	uint32	   *users;			/* distinct user hashes, ascending; NULL: exclusive buckets */
+	int			nusers;
 	int			kept;			/* stripe waited for, or -1 */
 	RpActivity	gather;			/* .id != 0 while gathering */
 } BatchLocks;
 
-/* Wait for every bucket in order (rule 2 in locks.c). */
-static void
-LockBuckets(const BatchLocks *bl)
+static LOCKMODE
+BucketMode(const BatchLocks *bl)
 {
-	for (int i = 0; i < bl->nbuckets; i++)
-		RpWaitLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], ExclusiveLock);
+	return bl->users ? RowExclusiveLock : ExclusiveLock;
 }
 
-static void
-UnlockBuckets(const BatchLocks *bl, int upto)
-{
-	for (int i = 0; i < upto; i++)
-		RpUnlock(RP_LOCK_BUCKET, bl->activity, bl->buckets[i]);
-}
-
+/* Lock (waiting) or try-lock lock i of the batch: buckets first, then users. */
 static bool
-TryBuckets(const BatchLocks *bl)
+LockOne(const BatchLocks *bl, int i, bool wait)
 {
-	for (int i = 0; i < bl->nbuckets; i++)
-		if (!RpLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], false))
+	RpLockKind	kind = i < bl->nbuckets ? RP_LOCK_BUCKET : RP_LOCK_USER;
+	uint32		sub = i < bl->nbuckets ? bl->buckets[i] : bl->users[i - bl->nbuckets];
+	LOCKMODE	mode = i < bl->nbuckets ? BucketMode(bl) : ExclusiveLock;
+
+	if (!wait)
+		return RpLockMode(kind, bl->activity, sub, mode, false);
+	RpWaitLock(kind, bl->activity, sub, mode);
+	return true;
+}
+
+static void
+UnlockUsers(const BatchLocks *bl, int upto)
+{
+	for (int i = upto - 1; i >= 0; i--)
+	{
+		if (i < bl->nbuckets)
+			RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], BucketMode(bl));
+		else
+			RpUnlock(RP_LOCK_USER, bl->activity, bl->users[i - bl->nbuckets]);
+	}
+}
+
+/* Wait for every user lock in order. */
+static void
+LockUsers(const BatchLocks *bl)
+{
+	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
+		(void) LockOne(bl, i, true);
+}
+
+/* Take every user lock only if all are free. */
+static bool
+TryUsers(const BatchLocks *bl)
+{
+	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
+		if (!LockOne(bl, i, false))
 		{
-			UnlockBuckets(bl, i);
+			UnlockUsers(bl, i);
 			return false;
 		}
 	return true;
 }
 
-/* The distinct buckets of the batch's users, ascending. */
+static int
+CompareUint32(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* The distinct buckets (and, for a small batch, users) of the batch. */
 static void
-FindBuckets(BatchLocks *bl, const BatchElem *e, int n)
+FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
 {
 	bool		used[RP_USER_BUCKETS] = {false};
+	uint32	   *hashes = palloc(sizeof(uint32) * n);
+	int			m = 0;
 
 	bl->buckets = palloc(sizeof(uint32) * RP_USER_BUCKETS);
 	bl->nbuckets = 0;
 	for (int i = 0; i < n; i++)
+	{
 		used[e[i].user_hash % RP_USER_BUCKETS] = true;
+		hashes[i] = e[i].user_hash;
+	}
 	for (uint32 b = 0; b < RP_USER_BUCKETS; b++)
 		if (used[b])
 			bl->buckets[bl->nbuckets++] = b;
+
+	qsort(hashes, n, sizeof(uint32), CompareUint32);
+	for (int i = 0; i < n; i++)
+		if (i == 0 || hashes[i] != hashes[i - 1])
+			hashes[m++] = hashes[i];
+	bl->users = m <= RP_BATCH_USER_LOCKS ? hashes : NULL;
+	bl->nusers = bl->users ? m : 0;
 }
 
 /*
  * The batch in as many attempts as it takes, by the protocol in locks.c:
  * after a busy stripe, wait for it holding nothing of ours, keep it, and
- * take the buckets only if they are free; when every stripe is needed,
+ * take the user locks only if they are free; when every stripe is needed,
  * gather (unless this transaction holds locks of earlier claims).
  */
 static void
@@ -743,19 +801,19 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 	bl.activity = activity;
 	bl.kept = -1;
 	bl.gather.id = 0;
-	FindBuckets(&bl, e, n);
+	FindUserLocks(&bl, e, n);
 	FindRoots(e, n, true);
 	FindRoots(e, n, false);
 
 	for (;;)
 	{
-		if (bl.kept >= 0 && !TryBuckets(&bl))
+		if (bl.kept >= 0 && !TryUsers(&bl))
 		{
 			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) bl.kept);
 			bl.kept = -1;
 		}
 		if (bl.kept < 0 && bl.gather.id == 0)
-			LockBuckets(&bl);
+			LockUsers(&bl);
 
 		took = BatchAttempt(activity, e, n, &wait_stripe);
 
@@ -768,13 +826,13 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 		if (took == RP_TAKE_OK)
 			break;
 
-		UnlockBuckets(&bl, bl.nbuckets);
+		UnlockUsers(&bl, bl.nbuckets + bl.nusers);
 		RpStatsCount(activity, RP_STAT_WAIT);
 		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
 			RpActivityMeta(activity, &bl.gather))
 		{
 			RpGatherBegin(&bl.gather);
-			LockBuckets(&bl);
+			LockUsers(&bl);
 		}
 		else
 		{

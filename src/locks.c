@@ -4,10 +4,10 @@
  *
  *		Locks.  A single claim holds its user's lock (activity, hash of the
  *		user) and, in RowExclusiveLock, the user's bucket (hash modulo
- *		RP_USER_BUCKETS); a batch holds the buckets of its users in
- *		ExclusiveLock instead, so it needs at most RP_USER_BUCKETS user locks
- *		whatever its size, and still excludes every single claim of its
- *		users.  Money is taken under stripe locks, kept to the end of the
+ *		RP_USER_BUCKETS).  A small batch does the same for each of its users;
+ *		a batch of many users holds their buckets in ExclusiveLock instead,
+ *		so it needs at most RP_USER_BUCKETS user locks whatever its size, and
+ *		still excludes every single claim of its users (batch.c).  Money is taken under stripe locks, kept to the end of the
  *		transaction for the stripes written.
  *
  *		Waiting.  Which waits are allowed, and why a transaction that makes a
@@ -17,8 +17,8 @@
  *		   keeps it, and takes the rest only if they are free (else gives
  *		   back again).  A single claim waits for its user and bucket locks
  *		   holding nothing of its own either (RpLockUser).
- *		2. A batch waits for its buckets in bucket order, holding only lower
- *		   buckets of its own.
+ *		2. A batch waits for its buckets in bucket order, then for its users
+ *		   in hash order, holding only lower ones of its own.
  *		3. A claim or batch that needs every stripe and holds nothing from
  *		   earlier claims on the activity in its transaction (a gatherer)
  *		   gives everything back, takes the activity's gather lock, waits
