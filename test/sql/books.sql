@@ -8,7 +8,8 @@
 --   claimed        the sum of the claims, n_claims how many
 --   remaining      the stripes' balances, in the activity's currency
 --   returned       what close returned to the funder (ledger)
---   packets_left   the stripes' packets (NULL without a packet cap)
+--   packets_left   the stripes' packets (NULL without a packet cap; settlement
+--                  zeroes them when the activity is closed)
 --   stripe_claims  the stripes' claim counters, which must equal n_claims
 --   negative       stripes with a negative balance or packet count
 --   whole          every claim is a whole number of minor units
@@ -25,7 +26,9 @@ SELECT a.id, a.name, a.total, a.packets, a.per_user_limit, a.scale,
          AND c.n_claims = st.stripe_claims
          AND st.negative = 0
          AND c.whole
-         AND (a.packets IS NULL OR a.packets - c.n_claims = st.packets_left) AS balanced
+         AND (a.packets IS NULL OR a.packets - c.n_claims = st.packets_left
+              OR (a.closed_at IS NOT NULL AND st.packets_left = 0
+                  AND c.n_claims <= a.packets)) AS balanced
 FROM redpacket.activity a
 CROSS JOIN LATERAL (
     SELECT count(*) AS n_claims, coalesce(sum(k.amount), 0) AS claimed,
