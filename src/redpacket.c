@@ -18,6 +18,7 @@ int			rp_reconcile_interval = RP_DEFAULT_RECONCILE_INTERVAL;
 char	   *rp_database = NULL;
 bool		rp_freeze_on_mismatch = true;
 bool		rp_restoring = false;
+bool		rp_allow_drop = false;
 
 void		_PG_init(void);
 
@@ -53,6 +54,13 @@ _PG_init(void)
 							 "Pause every reconciliation pass in this session or database.",
 							 "Set by redpacket.rp_pre_restore() for the database while a dump is restored; rp_post_restore() clears it.",
 							 &rp_restoring,
+							 false,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("redpacket.allow_drop",
+							 "Allow DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE) while claims or ledger entries exist.",
+							 "Off by default: the drop guard refuses a command that would delete money records.",
+							 &rp_allow_drop,
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 

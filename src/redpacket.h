@@ -41,6 +41,7 @@ extern int	rp_reconcile_interval;
 extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
+extern bool rp_allow_drop;
 
 /*
  * Lock space.  Every lock redpacket takes is a transaction-scoped
