@@ -18,6 +18,7 @@ int			rp_reconcile_interval = RP_DEFAULT_RECONCILE_INTERVAL;
 char	   *rp_database = NULL;
 bool		rp_freeze_on_mismatch = true;
 bool		rp_restoring = false;
+int			rp_full_check_interval = RP_DEFAULT_FULL_CHECK_INTERVAL;
 bool		rp_allow_drop = false;
 
 void		_PG_init(void);
@@ -41,6 +42,14 @@ _PG_init(void)
 							&rp_reconcile_interval,
 							RP_DEFAULT_RECONCILE_INTERVAL, RP_MIN_RECONCILE_INTERVAL,
 							RP_MAX_RECONCILE_INTERVAL,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redpacket.full_check_interval",
+							"Seconds within which the worker fully checks every activity.",
+							"Each worker pass re-sums every claim of its share of the activities whose last full check is older; 0 turns automatic full checks off.",
+							&rp_full_check_interval,
+							RP_DEFAULT_FULL_CHECK_INTERVAL, RP_MIN_FULL_CHECK_INTERVAL,
+							RP_MAX_FULL_CHECK_INTERVAL,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("redpacket.freeze_on_mismatch",

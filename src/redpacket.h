@@ -32,6 +32,9 @@
 #define RP_DEFAULT_RECONCILE_INTERVAL 60
 #define RP_MIN_RECONCILE_INTERVAL 0
 #define RP_MAX_RECONCILE_INTERVAL 86400
+#define RP_DEFAULT_FULL_CHECK_INTERVAL 3600
+#define RP_MIN_FULL_CHECK_INTERVAL 0
+#define RP_MAX_FULL_CHECK_INTERVAL (86400 * 365)
 #define RP_MIN_SCALE 0
 #define RP_MAX_SCALE 4
 #define RP_MAX_USER_ID_BYTES 256	/* also the limit for request ids */
@@ -41,6 +44,7 @@ extern int	rp_reconcile_interval;
 extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
+extern int	rp_full_check_interval;
 extern bool rp_allow_drop;
 
 /*
@@ -69,7 +73,7 @@ typedef struct RpPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[12];
+	Oid			argtypes[16];
 	SPIPlanPtr	plan;
 } RpPlan;
 
@@ -105,6 +109,7 @@ extern bool RpActivityMeta(int64 id, RpActivity *act);
 extern void RpNoNull(bool isnull, const char *what);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
+extern void RpCheckStripeRows(const RpActivity *act);
 
 /* stripe.c: picking, decrementing and gathering stripes of one activity */
 typedef enum RpTakeResult
@@ -185,7 +190,9 @@ typedef enum RpStatEvent
 extern void RpStatsCount(int64 activity, int event);
 
 /* reconcile.c */
-extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
+extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out,
+							TupleDesc outdesc);
+extern void RpWorkerPass(void);
 
 /* worker.c */
 extern void RpRegisterWorker(void);

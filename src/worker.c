@@ -3,7 +3,8 @@
  *		The reconciliation background worker.  Registered from _PG_init when
  *		redpacket is in shared_preload_libraries, it connects to
  *		redpacket.database and every redpacket.reconcile_interval seconds runs
- *		the same pass as rp_reconcile(), in a transaction of its own.  It keeps
+ *		RpWorkerPass (reconcile.c), which commits per activity and pins the
+ *		process's search_path.  It keeps
  *		no state of its own: after an error the postmaster restarts it and it
  *		carries on from the tables.
  */
@@ -44,35 +45,6 @@ RpRegisterWorker(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* One pass in its own transaction; quiet when there is nothing to do. */
-static void
-WorkerPass(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	/* the pass needs a snapshot taken after its locks: see reconcile.c */
-	XactIsoLevel = XACT_READ_COMMITTED;
-	PushActiveSnapshot(GetTransactionSnapshot());
-
-	if (!RecoveryInProgress() && OidIsValid(get_extension_oid("redpacket", true)))
-	{
-		int			n;
-
-		pgstat_report_activity(STATE_RUNNING, "redpacket reconciliation pass");
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		n = RpReconcilePass(NULL, false, NULL);
-		SPI_finish();
-		if (n > 0)
-			elog(DEBUG1, "redpacket reconciler checked %d activities", n);
-	}
-
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(true);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
 void
 RpWorkerMain(Datum main_arg)
 {
@@ -97,7 +69,7 @@ RpWorkerMain(Datum main_arg)
 
 		if (rp_reconcile_interval > 0)
 		{
-			WorkerPass();
+			RpWorkerPass();
 			sleep_ms = rp_reconcile_interval * 1000L;
 		}
 		else
