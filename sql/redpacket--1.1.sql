@@ -433,6 +433,92 @@ COMMENT ON COLUMN redpacket.reconciler_status.failures IS 'Activities of the las
 COMMENT ON COLUMN redpacket.reconciler_status.next_due_at IS 'last_pass_finished_at + redpacket.reconcile_interval; NULL when the worker is paused or not loaded.';
 COMMENT ON COLUMN redpacket.reconciler_status.last_full_check_at IS 'Oldest of the activities'' last full checks: every activity was fully checked since then.';
 REVOKE ALL ON redpacket.reconciler, redpacket.reconciler_status FROM PUBLIC;
+
+-- [rec] activity_status shows when each activity was last fully checked
+-- (a column added at the end of the 1.0 view).
+CREATE OR REPLACE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       a.total,
+       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
+               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.sum(l.amount) AS returned
+    FROM redpacket.ledger l
+    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
+      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true;
+COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
+    'When every claim of the activity was last re-summed by a full check (worker or rp_reconcile(..., true)); NULL when never.';
+
+-- [rec] A pass for schedulers that fails when a check fails.  A procedure,
+-- so that it can commit what the pass recorded (rows, freezes) before it
+-- raises the error a scheduler sees; SECURITY INVOKER (a procedure with
+-- SECURITY DEFINER or SET cannot commit), so every name in it is qualified
+-- and the caller needs EXECUTE on rp_reconcile (rp_grant_operator).
+CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false)
+LANGUAGE plpgsql AS $$
+DECLARE
+    checked bigint;
+    failed bigint;
+    which text;
+BEGIN
+    IF full_check IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'full_check must not be NULL';
+    END IF;
+    SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT r.ok),
+           pg_catalog.string_agg(r.activity_id::pg_catalog.text, ', ') FILTER (WHERE NOT r.ok)
+      INTO checked, failed, which
+      FROM redpacket.rp_reconcile(NULL, full_check) r;
+    COMMIT;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'data_corrupted',
+            MESSAGE = pg_catalog.format('redpacket reconciliation failed for %s of %s activities', failed, checked),
+            DETAIL = pg_catalog.format('Failed activities: %s.', which),
+            HINT = 'The failed checks are recorded in redpacket.reconciliation (problems, error); the pass itself was committed.';
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean) IS
+    'rp_reconcile() for schedulers (CALL it, outside a transaction block): commits the pass, then raises SQLSTATE XX001 when any check failed, so pg_cron records the run as failed.';
+REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean) FROM PUBLIC;
 -- [life] Drop guard -------------------------------------------------------------
 -- DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE, or DROP OWNED BY
 -- its owner) would delete every claim and ledger entry with the tables; the
@@ -478,9 +564,12 @@ $$;
 COMMENT ON PUBLICATION redpacket_events IS
     'Every claim and ledger entry, for subscribers that credit wallets; consumers are idempotent on (activity_id, claim_id) for claims and (activity_id, entry_id) for ledger entries. Kept by the redpacket_publication_* event triggers.';
 
+-- Not SECURITY DEFINER: it drops and alters the publication with the rights
+-- of whoever runs CREATE PUBLICATION, so a role that may not own
+-- redpacket_events cannot make it do so.
 CREATE FUNCTION redpacket.rp_publication_keeper() RETURNS event_trigger
 AS 'MODULE_PATHNAME', 'rp_publication_keeper'
-LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+LANGUAGE C SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
     'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it.';
 REVOKE ALL ON FUNCTION redpacket.rp_publication_keeper() FROM PUBLIC;

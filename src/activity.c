@@ -251,7 +251,7 @@ RpCheckStripeRows(const RpActivity *act)
 	Datum		id = Int64GetDatum(act->id);
 	int64		rows;
 
-	if (RpExec(&count_stripes, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExec(&count_stripes, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the stripes of activity " INT64_FORMAT, act->id);
 	rows = RpGetInt64(0, 1, 0);
 	if (rows != act->stripes)

@@ -351,7 +351,7 @@ Incomplete(const RpActivity *act, bool repair)
 	int64		rows;
 	bool		isnull;
 
-	if (RpExec(&completeness, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExec(&completeness, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the completeness of activity " INT64_FORMAT, act->id);
 	initStringInfo(&why);
 	rows = RpGetInt64(0, 1, 0);
@@ -845,11 +845,11 @@ ReconcileGuarded(int64 activity, bool full, RpPass *pass)
 
 /*
  * The activities a pass over all visits, with whether each gets a full
- * check; palloc'd in the current context.
+ * check; allocated in cxt (SPI calls leave CurrentMemoryContext at SPI's).
  */
 static int
 ListPending(bool full_all, TimestampTz full_before, Datum full_share,
-			int64 **ids, bool **full)
+			MemoryContext cxt, int64 **ids, bool **full)
 {
 	Datum		v[4];
 	char		n[4] = {' ', ' ', ' ', ' '};
@@ -864,8 +864,8 @@ ListPending(bool full_all, TimestampTz full_before, Datum full_share,
 	if (RpExec(v11 ? &pending_11 : &pending_10, v, n, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list activities to reconcile");
 	count = (int) SPI_processed;
-	*ids = palloc(sizeof(int64) * Max(count, 1));
-	*full = palloc(sizeof(bool) * Max(count, 1));
+	*ids = MemoryContextAlloc(cxt, sizeof(int64) * Max(count, 1));
+	*full = MemoryContextAlloc(cxt, sizeof(bool) * Max(count, 1));
 	for (int i = 0; i < count; i++)
 	{
 		bool		isnull;
@@ -940,7 +940,7 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 		kept_lxid = MyProc->lxid;
 		kept_in_xact = 0;
 	}
-	n = ListPending(full_check, 0, (Datum) 0, &ids, &full);
+	n = ListPending(full_check, 0, (Datum) 0, CurrentMemoryContext, &ids, &full);
 	for (i = 0; i < n; i++)
 	{
 		RpActivity	act;
@@ -1014,7 +1014,6 @@ static void
 WorkerList(void *arg)
 {
 	RpWorkerState *w = arg;
-	MemoryContext old;
 	TimestampTz full_before = 0;
 	Datum		full_share = (Datum) 0;
 
@@ -1030,9 +1029,7 @@ WorkerList(void *arg)
 										 NumericGetDatum(int64_to_numeric(Max(rp_reconcile_interval, 1))),
 										 NumericGetDatum(int64_to_numeric(rp_full_check_interval)));
 	}
-	old = MemoryContextSwitchTo(w->cxt);
-	w->n = ListPending(false, full_before, full_share, &w->ids, &w->full);
-	MemoryContextSwitchTo(old);
+	w->n = ListPending(false, full_before, full_share, w->cxt, &w->ids, &w->full);
 }
 
 static void
@@ -1089,10 +1086,12 @@ RpWorkerPass(void)
 		CHECK_FOR_INTERRUPTS();
 		InTransaction(WorkerOne, &w);
 	}
-	if (w.go && w.n > 0)
+	if (w.go)
 	{
+		/* also when nothing was due: the status shows the reconciler alive */
 		InTransaction(WorkerRecord, &w);
-		elog(DEBUG1, "redpacket reconciler checked %d activities", w.pass.checked);
+		if (w.n > 0)
+			elog(DEBUG1, "redpacket reconciler checked %d activities", w.pass.checked);
 	}
 	MemoryContextDelete(w.cxt);
 	pgstat_report_stat(true);

@@ -97,5 +97,28 @@ is( sql("SELECT last_reconcile_ok FROM redpacket.activity_status WHERE id = $aid
 	't', 'activity_status shows the cron pass');
 
 ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, 0), 'no error in the server log');
+sql("SELECT cron.unschedule($job)");
+
+# --- The strict form: pg_cron sees a failed check ---------------------------------
+# rp_reconcile() succeeds whatever it finds; CALL rp_reconcile_strict() commits
+# the pass and then raises, so cron.job_run_details says failed.
+
+sql(qq{UPDATE redpacket.stripe SET balance = balance - 1
+        WHERE activity_id = $aid AND stripe = 0});
+my $strict = sql(
+	"SELECT cron.schedule('redpacket-strict', '* * * * *', 'CALL redpacket.rp_reconcile_strict()')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $strict AND status = 'failed'"),
+	'pg_cron records the strict run as failed');
+like(
+	sql("SELECT return_message FROM cron.job_run_details WHERE jobid = $strict AND status = 'failed' LIMIT 1"),
+	qr/redpacket reconciliation failed for 1 of 1 activities/,
+	'the failed run says how many activities failed');
+is( sql(qq{SELECT ok, problems FROM redpacket.reconciliation
+            WHERE activity_id = $aid ORDER BY pass_id DESC LIMIT 1}),
+	'f|{money}', 'the failed check was committed before the error');
+is(sql("SELECT state FROM redpacket.activity_status WHERE id = $aid"),
+	'frozen', 'and the freeze too');
 $node->stop('fast');
 done_testing();
