@@ -6,7 +6,8 @@
 # claims are running: every committed claim is credited exactly once (the
 # trigger ran once per claim, every wallet equals the user's claims), and
 # nothing rolled back arrives.  The publication still lists its tables after
-# pg_dump/pg_restore of the publisher and after DROP/CREATE EXTENSION.
+# pg_dump/pg_restore of the publisher and after DROP/CREATE EXTENSION, and a
+# role that does not own it cannot replace it.
 use strict;
 use warnings;
 
@@ -23,6 +24,16 @@ is( $pub->safe_psql('postgres',
 		"SELECT string_agg(schemaname || '.' || tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'redpacket_events'"),
 	'redpacket.claim,redpacket.ledger',
 	'CREATE EXTENSION makes publication redpacket_events over claim and ledger');
+
+# A role that may create publications but does not own this one cannot
+# make the publication keeper replace it.
+$pub->safe_psql('postgres', 'CREATE ROLE mallory LOGIN; GRANT CREATE ON DATABASE postgres TO mallory');
+my ($ret, $o, $e) = $pub->psql('postgres', 'SET ROLE mallory; CREATE PUBLICATION redpacket_events');
+isnt($ret, 0, 'a non-superuser cannot replace redpacket_events');
+like($e, qr/must be owner of publication redpacket_events/, 'for want of owning it');
+is( $pub->safe_psql('postgres',
+		"SELECT pubowner::regrole || ':' || string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables t JOIN pg_publication p USING (pubname) WHERE pubname = 'redpacket_events' GROUP BY pubowner"),
+	'postgres:claim,ledger', 'the publication is unchanged');
 
 my $sub = PostgreSQL::Test::Cluster->new('subscriber');
 $sub->init;
