@@ -63,6 +63,16 @@ FROM redpacket.rp_reconcile(:np);
 RESET client_min_messages;
 SELECT id = :ne AS ne, frozen_reason LIKE 'reconciliation mismatch at pass %' AS frozen
 FROM redpacket.activity WHERE id IN (:ne, :np) ORDER BY id;
+-- put right (the false return removed, reopened), then closed properly:
+-- the return is what was not claimed, and the check agrees
+SET session_replication_role = replica;
+DELETE FROM redpacket.ledger WHERE activity_id IN (:ne, :np) AND kind = 'return';
+RESET session_replication_role;
+UPDATE redpacket.activity SET closed_at = NULL WHERE id IN (:ne, :np);
+SELECT redpacket.rp_unfreeze(:ne), redpacket.rp_unfreeze(:np);
+SELECT redpacket.rp_close_activity(:ne) AS ne_returned, redpacket.rp_close_activity(:np) AS np_returned;
+SELECT ok, problems FROM redpacket.rp_reconcile(:ne, true);
+SELECT ok, problems FROM redpacket.rp_reconcile(:np, true);
 
 -- A settled activity is empty: balances and packet counts 0, the return is
 -- funded - claims, and the check agrees.
