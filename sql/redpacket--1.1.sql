@@ -548,13 +548,14 @@ COMMENT ON EVENT TRIGGER redpacket_drop_guard IS
 -- make a publication an extension member, so the publication keeper (event
 -- triggers below, src/guard.c) puts claim and ledger back into it when a
 -- dump recreates it.  It needs wal_level = logical only when someone
--- subscribes; PostgreSQL's warning about that is silenced here and
--- documented instead.
+-- subscribes; PostgreSQL's warning about that is silenced here (client and
+-- server log) and documented instead.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication
                     WHERE pubname OPERATOR(pg_catalog.=) 'redpacket_events') THEN
         SET LOCAL client_min_messages = error;
+        SET LOCAL log_min_messages = error;
         CREATE PUBLICATION redpacket_events FOR TABLE redpacket.claim, redpacket.ledger;
     ELSE
         ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim, redpacket.ledger;
