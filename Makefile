@@ -8,8 +8,8 @@
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/money.o src/stripe.o src/claim.o src/batch.o \
        src/activity.o src/reconcile.o src/worker.o \
-       src/stats.o
-# [life] drop guard, restore procedure
+       src/launcher.o src/stats.o
+# [life] drop guard, publication keeper
 OBJS += src/guard.o
 
 EXTENSION = redpacket
