@@ -141,6 +141,7 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out)
 				actual;
 	int64		pass_id;
 
+	RpRequireLocalActivity(activity);
 	(void) RpFetchActivity(activity, &act, false);
 	RpLockAllStripes(&act);
 
@@ -307,8 +308,10 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out)
 			ids[i] = RpGetInt64(i, 1, 0);
 	}
 
+	/* on a Citus cluster, each node checks the activities it holds */
 	for (int i = 0; i < n; i++)
-		(void) ReconcileOne(ids[i], full_check, out);
+		if (activity != NULL || RpActivityIsLocal(ids[i]))
+			(void) ReconcileOne(ids[i], full_check, out);
 	return n;
 }
 

@@ -186,6 +186,11 @@ extern void RpStatsCount(int64 activity, int event);
 /* reconcile.c */
 extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
 
+/* scaleout.c: on a Citus cluster, is the activity held by this node? */
+extern bool RpActivityIsLocal(int64 activity);
+extern bool RpActivityPlacement(int64 activity, char **where);
+extern void RpRequireLocalActivity(int64 activity);
+
 /* worker.c */
 extern void RpRegisterWorker(void);
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
