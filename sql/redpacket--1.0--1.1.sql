@@ -132,11 +132,14 @@ BEGIN
                              'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])',
                              'redpacket.rp_close_activity(bigint)',
                              'redpacket.rp_freeze(bigint, text)',
-                             'redpacket.rp_unfreeze(bigint)',
-                             'redpacket.rp_reconcile(bigint, boolean)'] LOOP
+                             'redpacket.rp_unfreeze(bigint)'] LOOP
         PERFORM pg_catalog.create_distributed_function(f::pg_catalog.regprocedure, distribution_arg_name => 'activity',
             colocate_with => 'redpacket.activity', force_delegation => true);
     END LOOP;
+    -- rp_reconcile(NULL) lists every activity: forced delegation would refuse
+    -- that query, so it is delegated only when called on its own.
+    PERFORM pg_catalog.create_distributed_function('redpacket.rp_reconcile(bigint, boolean)'::pg_catalog.regprocedure,
+        distribution_arg_name => 'activity', colocate_with => 'redpacket.activity');
 
     -- Disjoint id ranges per node.
     PERFORM redpacket.rp_node_sequences();
@@ -152,6 +155,6 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_distribute(integer) IS
-    'Citus, on the coordinator: distributes every redpacket table by activity id (colocated with redpacket.activity, no reference table), delegates every function that takes redpacket''s locks to the node holding the activity (force_delegation), and gives each node''s sequences a disjoint range; reconciliation passes wait while it converts. Refuses without Citus, off the coordinator, or when a worker lacks the same redpacket.';
+    'Citus, on the coordinator: distributes every redpacket table by activity id (colocated with redpacket.activity, no reference table), delegates every function that takes redpacket''s locks to the node holding the activity (force_delegation, but rp_reconcile only in its own statement), and gives each node''s sequences a disjoint range; reconciliation passes wait while it converts. Refuses without Citus, off the coordinator, or when a worker lacks the same redpacket.';
 
 REVOKE ALL ON FUNCTION redpacket.rp_node_sequences(), redpacket.rp_distribute(integer) FROM PUBLIC;
