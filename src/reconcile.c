@@ -141,7 +141,6 @@ ReconcileOne(int64 activity, bool full_check, Tuplestorestate *out)
 				actual;
 	int64		pass_id;
 
-	RpRequireLocalActivity(activity);
 	(void) RpFetchActivity(activity, &act, false);
 	RpLockAllStripes(&act);
 
@@ -287,6 +286,8 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out)
 	int64	   *ids;
 	int			n;
 
+	if (activity != NULL)
+		RpRequireLocalActivity(*activity);
 	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
 		return -1;
 

@@ -187,6 +187,7 @@ extern void RpStatsCount(int64 activity, int event);
 extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
 
 /* scaleout.c: on a Citus cluster, is the activity held by this node? */
+extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);

@@ -98,6 +98,18 @@ DistState(void)
 }
 
 /*
+ * True when redpacket's tables are distributed by Citus: callers that have a
+ * single-node form of a statement Citus cannot route (a data-modifying CTE
+ * feeding INSERT ... SELECT) pick the routable form with this.  Must be
+ * called inside SPI_connect.
+ */
+bool
+RpDistributed(void)
+{
+	return DistState() == RP_DIST_CITUS;
+}
+
+/*
  * True when the activity's rows are on this node: always off Citus;
  * on Citus, when this node holds a placement of the activity's shard.  An
  * id no shard covers cannot happen for a distributed table (hash ranges
