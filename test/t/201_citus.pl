@@ -249,9 +249,15 @@ like($err, qr/activity $fixed[0] is not held by this node/,
 	"SELECT count(*) FROM (SELECT redpacket.rp_freeze($ops[0], 'x') OFFSET 0) s");
 like($err, qr/activity $ops[0] is not held by this node/,
 	'rp_freeze inside a larger query (not delegated) refuses on the coordinator');
-is( $workers[0]->safe_psql('postgres',
-		"BEGIN; SELECT bool_and(ok) FROM redpacket.rp_reconcile($fixed[0]); COMMIT;"),
-	't', 'rp_reconcile on the worker that holds the activity works in a transaction');
+my $held = '';
+for (1 .. 20)
+{
+	$held = $workers[0]->safe_psql('postgres',
+		"BEGIN; SELECT bool_and(ok) FROM redpacket.rp_reconcile($fixed[0]); COMMIT;");
+	last if $held ne '';
+	select(undef, undef, undef, 0.5);
+}
+is($held, 't', 'rp_reconcile on the worker that holds the activity works in a transaction');
 
 # --- Freeze, unfreeze, close ------------------------------------------------
 {
