@@ -294,6 +294,16 @@ is(q_coord("SELECT status FROM redpacket.rp_claim($exp, 'e1')"),
 	}
 	is($closed, 't', 'the worker on the holding node settles the expired activity');
 }
+{
+	# A failed settlement must leave nothing behind.  Seen on a manual
+	# cluster: the worker's pass failed on closing the activity, yet its
+	# ledger 'return' entry and zeroed stripes stayed committed.
+	local $TODO = 'worker pass under Citus: a failed settlement kept its first writes';
+	is( q_coord(
+			"SELECT count(*) FROM redpacket.ledger l JOIN redpacket.activity a ON a.id = l.activity_id"
+			  . " WHERE l.activity_id = $exp AND l.kind = 'return' AND a.closed_at IS NULL"),
+		'0', 'no returned remainder on an activity still open');
+}
 
 # --- 16 clients at once on activities on both workers ----------------------
 # 0.07 at a time out of 7.00: exactly 100 claims fit in each.
