@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -26,7 +27,7 @@ PG_FUNCTION_INFO_V1(rp_unfreeze);
 static RpPlan fetch_activity = {
 	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
 	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL"
-	"  FROM redpacket.activity a WHERE a.id = $1",
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}
 };
 
@@ -40,9 +41,11 @@ static RpPlan insert_activity = {
 /* Budget and packets spread evenly; the first stripes take the remainders. */
 static RpPlan insert_stripes = {
 	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
-	" SELECT $1, g, $2 / $4 + CASE WHEN g < $2 % $4 THEN 1 ELSE 0 END,"
-	"        ($3 / $4 + CASE WHEN g < $3 % $4 THEN 1 ELSE 0 END)::integer"
-	"   FROM generate_series(0, $4 - 1) g",
+	" SELECT $1, g, ($2 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
+	"               CASE WHEN g OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END,"
+	"        (($3 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
+	"         CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END)::pg_catalog.int4"
+	"   FROM pg_catalog.generate_series(0, $4 OPERATOR(pg_catalog.-) 1) g",
 	4, {INT8OID, INT8OID, INT8OID, INT4OID}
 };
 
@@ -52,45 +55,68 @@ static RpPlan insert_ledger = {
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
 };
 
+/*
+ * The return is inserted only if none exists: under READ COMMITTED the
+ * caller saw none with every stripe locked, so a conflict is a bug; under
+ * REPEATABLE READ a return committed after the caller's snapshot is a
+ * conflict it cannot see, which PostgreSQL reports as 40001 (retry) rather
+ * than the 23505 a plain INSERT would raise.
+ */
+static RpPlan insert_return = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
+	" VALUES ($1, 'return', $2, $3) ON CONFLICT (activity_id, kind) DO NOTHING",
+	3, {INT8OID, NUMERICOID, TEXTOID}
+};
+
+static RpPlan count_stripes = {
+	"SELECT pg_catalog.count(*) FROM redpacket.stripe s"
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
 static RpPlan insert_state = {
 	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)",
 	1, {INT8OID}
 };
 
 static RpPlan find_return = {
-	"SELECT 1 FROM redpacket.ledger WHERE activity_id = $1 AND kind = 'return'",
+	"SELECT 1 FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) $1"
+	"   AND l.kind OPERATOR(pg_catalog.=) 'return'",
 	1, {INT8OID}
 };
 
+/* A settled activity is empty: no balance and no packet left on any stripe. */
 static RpPlan zero_stripes = {
-	"WITH z AS (SELECT stripe, balance FROM redpacket.stripe"
-	"            WHERE activity_id = $1 AND balance > 0)"
-	" UPDATE redpacket.stripe s SET balance = 0 FROM z"
-	"  WHERE s.activity_id = $1 AND s.stripe = z.stripe"
+	"WITH z AS (SELECT x.stripe, x.balance FROM redpacket.stripe x"
+	"            WHERE x.activity_id OPERATOR(pg_catalog.=) $1"
+	"              AND (x.balance OPERATOR(pg_catalog.<>) 0 OR x.packets OPERATOR(pg_catalog.<>) 0))"
+	" UPDATE redpacket.stripe s"
+	"    SET balance = 0, packets = CASE WHEN s.packets IS NULL THEN NULL ELSE 0 END FROM z"
+	"  WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) z.stripe"
 	" RETURNING z.balance",
 	1, {INT8OID}
 };
 
 static RpPlan mark_closed = {
-	"UPDATE redpacket.activity SET closed_at = coalesce(closed_at, now())"
-	" WHERE id = $1",
-	1, {INT8OID}
+	"UPDATE redpacket.activity SET closed_at = COALESCE(closed_at, $2)"
+	" WHERE id OPERATOR(pg_catalog.=) $1",
+	2, {INT8OID, TIMESTAMPTZOID}
 };
 
 /* Copy the activity's frozen-or-closed state onto its stripes. */
 static RpPlan sync_halt = {
 	"UPDATE redpacket.stripe s SET halted = a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL"
 	"  FROM redpacket.activity a"
-	" WHERE a.id = $1 AND s.activity_id = $1"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1 AND s.activity_id OPERATOR(pg_catalog.=) $1"
 	"   AND s.halted IS DISTINCT FROM (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)",
 	1, {INT8OID}
 };
 
 static RpPlan set_frozen = {
 	"UPDATE redpacket.activity"
-	"   SET frozen_reason = $2, frozen_at = CASE WHEN $2 IS NULL THEN NULL ELSE now() END"
-	" WHERE id = $1",
-	2, {INT8OID, TEXTOID}
+	"   SET frozen_reason = $2, frozen_at = CASE WHEN $2 IS NULL THEN NULL ELSE $3 END"
+	" WHERE id OPERATOR(pg_catalog.=) $1",
+	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
 
 void
@@ -214,6 +240,28 @@ RpActivityMeta(int64 id, RpActivity *act)
 	return true;
 }
 
+/*
+ * Settlement and freezing act only on an activity whose stripe rows are all
+ * there (a restore that has not loaded them yet, or rows lost, would make
+ * a return of the wrong amount, or leave stripes unmarked).
+ */
+void
+RpCheckStripeRows(const RpActivity *act)
+{
+	Datum		id = Int64GetDatum(act->id);
+	int64		rows;
+
+	if (RpExec(&count_stripes, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the stripes of activity " INT64_FORMAT, act->id);
+	rows = RpGetInt64(0, 1, 0);
+	if (rows != act->stripes)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("activity " INT64_FORMAT " is incomplete", act->id),
+				 errdetail("It has " INT64_FORMAT " of its %d stripe rows.", rows, act->stripes),
+				 errhint("Finish the restore of redpacket.stripe, or restore the missing rows, first.")));
+}
+
 /* The caller holds every stripe lock of the activity. */
 void
 RpSyncHalt(int64 activity)
@@ -247,20 +295,26 @@ InsertLedger(int64 activity, const char *kind, int64 units, int scale, const cha
 int64
 RpSettle(const RpActivity *act, const char *reason)
 {
-	Datum		id = Int64GetDatum(act->id);
+	Datum		v[3];
 	int64		remainder = 0;
 
-	if (RpExec(&find_return, &id, NULL, false, 1) != SPI_OK_SELECT)
+	RpCheckStripeRows(act);
+	v[0] = Int64GetDatum(act->id);
+	if (RpExec(&find_return, v, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read ledger");
 	if (SPI_processed == 0)
 	{
-		if (RpExec(&zero_stripes, &id, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		if (RpExec(&zero_stripes, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not settle stripes");
 		for (uint64 i = 0; i < SPI_processed; i++)
 			remainder += RpGetInt64(i, 1, 0);
-		InsertLedger(act->id, "return", remainder, act->scale, reason);
+		v[1] = NumericGetDatum(RpUnitsToAmount(remainder, act->scale));
+		v[2] = CStringGetTextDatum(reason);
+		if (RpExec(&insert_return, v, NULL, false, 0) != SPI_OK_INSERT || SPI_processed != 1)
+			elog(ERROR, "activity " INT64_FORMAT " already had a return entry", act->id);
 	}
-	if (RpExec(&mark_closed, &id, NULL, false, 0) != SPI_OK_UPDATE)
+	v[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	if (RpExec(&mark_closed, v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not close activity");
 	RpSyncHalt(act->id);
 	return remainder;
@@ -381,8 +435,8 @@ static void
 SetFrozen(int64 activity, text *reason)
 {
 	RpActivity	act;
-	Datum		values[2];
-	char		nulls[2] = {' ', reason ? ' ' : 'n'};
+	Datum		values[3];
+	char		nulls[3] = {' ', reason ? ' ' : 'n', ' '};
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -390,8 +444,10 @@ SetFrozen(int64 activity, text *reason)
 	(void) RpFetchActivity(activity, &act, false);
 	/* wait for claims in flight; later ones see the new state */
 	RpLockAllStripes(&act);
+	RpCheckStripeRows(&act);
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(reason);
+	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	if (RpExec(&set_frozen, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update activity");
 	RpSyncHalt(activity);

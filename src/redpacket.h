@@ -32,15 +32,28 @@
 #define RP_DEFAULT_RECONCILE_INTERVAL 60
 #define RP_MIN_RECONCILE_INTERVAL 0
 #define RP_MAX_RECONCILE_INTERVAL 86400
+#define RP_DEFAULT_FULL_CHECK_INTERVAL 3600
+#define RP_MIN_FULL_CHECK_INTERVAL 0
+#define RP_MAX_FULL_CHECK_INTERVAL (86400 * 365)
 #define RP_MIN_SCALE 0
 #define RP_MAX_SCALE 4
 #define RP_MAX_USER_ID_BYTES 256	/* also the limit for request ids */
+#define RP_DEFAULT_STATS_MAX_ACTIVITIES 5000
+#define RP_MIN_STATS_MAX_ACTIVITIES 100
+#define RP_MAX_STATS_MAX_ACTIVITIES 1000000
+#define RP_DEFAULT_MAX_WORKERS 2
+#define RP_MIN_MAX_WORKERS 1
+#define RP_MAX_MAX_WORKERS 64
 
 extern int	rp_default_stripes;
 extern int	rp_reconcile_interval;
 extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
+extern int	rp_full_check_interval;
+extern bool rp_track_stats;
+extern int	rp_stats_max_activities;
+extern int	rp_max_workers;
 
 /*
  * Lock space.  Every lock redpacket takes is a transaction-scoped
@@ -68,7 +81,7 @@ typedef struct RpPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[12];
+	Oid			argtypes[16];
 	SPIPlanPtr	plan;
 } RpPlan;
 
@@ -104,6 +117,7 @@ extern bool RpActivityMeta(int64 id, RpActivity *act);
 extern void RpNoNull(bool isnull, const char *what);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
+extern void RpCheckStripeRows(const RpActivity *act);
 
 /* stripe.c: picking, decrementing and gathering stripes of one activity */
 typedef enum RpTakeResult
@@ -181,10 +195,13 @@ typedef enum RpStatEvent
 	RP_NSTATS
 } RpStatEvent;
 
+extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);
 
 /* reconcile.c */
-extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out);
+extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out,
+							TupleDesc outdesc);
+extern void RpWorkerPass(void);
 
 /* scaleout.c: on a Citus cluster, is the activity held by this node? */
 extern bool RpDistributed(void);
@@ -192,8 +209,22 @@ extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
 
-/* worker.c */
-extern void RpRegisterWorker(void);
+/* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
+
+/*
+ * launcher.c: the long-lived launcher that starts a reconciler in every
+ * database every interval; reconcilers report what they found.
+ */
+typedef enum RpWorkerResult
+{
+	RP_WORKER_NONE = 0,			/* no report: failed before the end */
+	RP_WORKER_ABSENT,			/* the extension is not installed there */
+	RP_WORKER_PASSED			/* the extension is there: a pass ran */
+} RpWorkerResult;
+
+extern void RpLauncherInit(void);
+extern void RpLauncherReport(int slot, Oid dboid, RpWorkerResult result);
+PGDLLEXPORT extern void RpLauncherMain(Datum main_arg);
 
 #endif							/* REDPACKET_H */

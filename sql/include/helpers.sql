@@ -65,7 +65,8 @@ BEGIN
     RETURN 'duplicate of ' || coalesce((SELECT shown FROM seen s WHERE s.claim_id = r.claim_id), 'an unseen claim');
 END $$;
 
--- The books of one activity: claims + stripe balances + returned = funded = total.
+-- The books of one activity: claims + stripe balances + returned = funded = total;
+-- claims + stripe packets = packets while open (settlement zeroes the packets).
 CREATE FUNCTION pg_temp.books(aid bigint)
 RETURNS TABLE (claims bigint, claimed numeric, remaining numeric, remaining_packets numeric,
                returned numeric, balanced boolean)
@@ -78,7 +79,8 @@ SELECT c.n,
        c.s + st.b / 10::numeric ^ a.scale + l.ret = a.total
          AND l.fund = a.total
          AND c.whole
-         AND (a.packets IS NULL OR c.n + st.p = a.packets)
+         AND (a.packets IS NULL OR c.n + st.p = a.packets
+              OR (a.closed_at IS NOT NULL AND st.p = 0 AND c.n <= a.packets))
 FROM redpacket.activity a
 CROSS JOIN LATERAL (
     SELECT count(*) AS n, coalesce(sum(cl.amount), 0) AS s,

@@ -35,8 +35,8 @@ sql('CREATE EXTENSION redpacket');
 my $aid = sql("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'cron')");
 sql("SELECT redpacket.rp_claim($aid, 'u' || g, 1.00) FROM generate_series(1, 3) g");
 
-is( sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket reconciler'"),
-	'1', 'the worker is there, paused (interval 0)');
+is( sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket launcher'"),
+	'1', 'the launcher is there, paused (interval 0)');
 sleep 3;
 is(sql('SELECT count(*) FROM redpacket.reconciliation'),
 	'0', 'the paused worker ran no pass');
@@ -97,5 +97,28 @@ is( sql("SELECT last_reconcile_ok FROM redpacket.activity_status WHERE id = $aid
 	't', 'activity_status shows the cron pass');
 
 ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, 0), 'no error in the server log');
+sql("SELECT cron.unschedule($job)");
+
+# --- The strict form: pg_cron sees a failed check ---------------------------------
+# rp_reconcile() succeeds whatever it finds; CALL rp_reconcile_strict() commits
+# the pass and then raises, so cron.job_run_details says failed.
+
+sql(qq{UPDATE redpacket.stripe SET balance = balance - 1
+        WHERE activity_id = $aid AND stripe = 0});
+my $strict = sql(
+	"SELECT cron.schedule('redpacket-strict', '* * * * *', 'CALL redpacket.rp_reconcile_strict()')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $strict AND status = 'failed'"),
+	'pg_cron records the strict run as failed');
+like(
+	sql("SELECT return_message FROM cron.job_run_details WHERE jobid = $strict AND status = 'failed' LIMIT 1"),
+	qr/redpacket reconciliation failed for 1 of 1 activities/,
+	'the failed run says how many activities failed');
+is( sql(qq{SELECT ok, problems FROM redpacket.reconciliation
+            WHERE activity_id = $aid ORDER BY pass_id DESC LIMIT 1}),
+	'f|{money}', 'the failed check was committed before the error');
+is(sql("SELECT state FROM redpacket.activity_status WHERE id = $aid"),
+	'frozen', 'and the freeze too');
 $node->stop('fast');
 done_testing();
