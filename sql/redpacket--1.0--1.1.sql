@@ -405,8 +405,12 @@ BEGIN
                 ERRCODE = 'sequence_generator_limit_exceeded',
                 MESSAGE = pg_catalog.format('sequence redpacket.%I is beyond the range of node group %s', seq, grp);
         END IF;
-        EXECUTE pg_catalog.format('ALTER SEQUENCE redpacket.%I MAXVALUE %s RESTART %s',
-                                  seq, top, last OPERATOR(pg_catalog.+) 1);
+        EXECUTE pg_catalog.format('ALTER SEQUENCE redpacket.%I MAXVALUE %s', seq, top);
+        -- setval, not RESTART: the sequence then reports its last value, which
+        -- the reconciler's completeness check compares ids against.
+        IF last OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.setval(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass, last, true);
+        END IF;
     END LOOP;
 END;
 $$;
