@@ -8,7 +8,7 @@
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/money.o src/stripe.o src/claim.o src/batch.o \
        src/activity.o src/reconcile.o src/worker.o \
-       src/stats.o
+       src/launcher.o src/stats.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.0--1.1.sql

@@ -316,11 +316,12 @@ BEGIN
     EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
     EXECUTE pg_catalog.format(
         'GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text),'
-        ' redpacket.rp_claim_batch(bigint, text[], numeric[], text[]) TO %s', role);
+        ' redpacket.rp_claim_batch(bigint, text[], numeric[], text[]),'
+        ' redpacket.rp_activity_info(bigint) TO %s', role);
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
-    'Grants an application role what it needs to claim: USAGE on the schema and EXECUTE on rp_claim and rp_claim_batch.';
+    'Grants an application role what it needs to claim: USAGE on the schema and EXECUTE on rp_claim, rp_claim_batch and the read-only rp_activity_info.';
 
 CREATE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -333,14 +334,19 @@ BEGIN
         'GRANT EXECUTE ON FUNCTION'
         ' redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer),'
         ' redpacket.rp_close_activity(bigint), redpacket.rp_freeze(bigint, text),'
-        ' redpacket.rp_unfreeze(bigint), redpacket.rp_reconcile(bigint, boolean) TO %s', role);
+        ' redpacket.rp_unfreeze(bigint), redpacket.rp_reconcile(bigint, boolean),'
+        ' redpacket.rp_activity_info(bigint), redpacket.rp_activity_stats(),'
+        ' redpacket.rp_stats_reset(bigint) TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean) TO %s', role);
     EXECUTE pg_catalog.format(
         'GRANT SELECT ON redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,'
-        ' redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_status TO %s', role);
+        ' redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_status,'
+        ' redpacket.activity_stats, redpacket.reconciler, redpacket.reconciler_status TO %s', role);
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
-    'Grants an operator role the admin functions (create, close, freeze, unfreeze, reconcile) and SELECT on the tables and the activity_status view.';
+    'Grants an operator role the admin functions (create, close, freeze, unfreeze, reconcile, rp_reconcile_strict), the counters (activity_stats, rp_stats_reset), rp_activity_info, and SELECT on the tables and views.';
 
 -- Privileges: nothing for PUBLIC; the owner grants application and operator
 -- roles what they need (see rp_grant_app / rp_grant_operator).
@@ -519,3 +525,141 @@ $$;
 COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean) IS
     'rp_reconcile() for schedulers (CALL it, outside a transaction block): commits the pass, then raises SQLSTATE XX001 when any check failed, so pg_cron records the run as failed.';
 REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean) FROM PUBLIC;
+
+-- [ops] Counters, the application's read-only view of an activity, role helpers
+
+CREATE FUNCTION redpacket.rp_activity_stats(
+    OUT activity_id bigint,
+    OUT duplicate bigint,
+    OUT frozen bigint,
+    OUT not_started bigint,
+    OUT ended bigint,
+    OUT user_limit bigint,
+    OUT exhausted bigint,
+    OUT claimed bigint,
+    OUT stripe_waits bigint,
+    OUT gathers bigint,
+    OUT errors bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'rp_activity_stats'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
+    'The shared-memory counters of this database''s activities (empty unless redpacket is in shared_preload_libraries); a row with a NULL activity_id holds the events of activities that found the table full. Read it through the activity_stats view.';
+
+CREATE FUNCTION redpacket.rp_stats_reset(activity bigint DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_stats_reset'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_stats_reset(bigint) IS
+    'Forgets the counters of one activity of this database, or with NULL of all of them and the untracked counters; returns how many activities were forgotten.';
+
+CREATE VIEW redpacket.activity_stats AS
+SELECT activity_id, claimed, duplicate, exhausted, frozen, ended, not_started, user_limit,
+       stripe_waits, gathers, errors
+FROM redpacket.rp_activity_stats();
+COMMENT ON VIEW redpacket.activity_stats IS
+    'Answers and events per activity of this database since the server started or rp_stats_reset(): kept in shared memory, lost on restart, empty unless redpacket is in shared_preload_libraries.';
+COMMENT ON COLUMN redpacket.activity_stats.activity_id IS 'The activity; NULL for the row of events of activities that did not fit in redpacket.stats_max_activities (all databases).';
+COMMENT ON COLUMN redpacket.activity_stats.claimed IS 'Answers claimed (new claims recorded; counted when answered, even if the caller later rolled back).';
+COMMENT ON COLUMN redpacket.activity_stats.duplicate IS 'Answers duplicate (retries or second grabs).';
+COMMENT ON COLUMN redpacket.activity_stats.exhausted IS 'Answers exhausted (budget or packets could not cover the claim).';
+COMMENT ON COLUMN redpacket.activity_stats.frozen IS 'Answers frozen.';
+COMMENT ON COLUMN redpacket.activity_stats.ended IS 'Answers ended (after ends_at or close).';
+COMMENT ON COLUMN redpacket.activity_stats.not_started IS 'Answers not_started (before starts_at).';
+COMMENT ON COLUMN redpacket.activity_stats.user_limit IS 'Answers user_limit (the user already held per_user_limit claims).';
+COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited for a busy stripe lock.';
+COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
+COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
+
+CREATE FUNCTION redpacket.rp_activity_info(activity bigint)
+RETURNS TABLE (state text, remaining_amount numeric, remaining_packets bigint,
+               starts_at timestamptz, ends_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF activity IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'activity must not be NULL';
+    END IF;
+    RETURN QUERY
+        SELECT s.state, s.remaining_amount, s.remaining_packets, s.starts_at, s.ends_at
+          FROM redpacket.activity_status s
+         WHERE s.id OPERATOR(pg_catalog.=) rp_activity_info.activity;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = pg_catalog.format('activity %s does not exist', activity);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_activity_info(bigint) IS
+    'Read-only view of one activity for applications: its state (scheduled, active, exhausted, ended, frozen), remaining amount and packets, start and end. Granted by rp_grant_app.';
+
+REVOKE ALL ON FUNCTION redpacket.rp_activity_stats(), redpacket.rp_stats_reset(bigint),
+    redpacket.rp_activity_info(bigint) FROM PUBLIC;
+REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
+
+-- [ops] A comment on every object: psql's \d+ and \df+ are the operator's manual
+COMMENT ON SCHEMA redpacket IS
+    'redpacket: lucky-money activities, claims, ledger and reconciliation, enforced in the database. Money moves only through the rp_* functions.';
+COMMENT ON SEQUENCE redpacket.activity_id_seq IS 'Ids of activities.';
+COMMENT ON SEQUENCE redpacket.claim_id_seq IS 'Ids of claims, in the order stripe locks are granted (no CACHE: the reconciliation watermark relies on it).';
+COMMENT ON SEQUENCE redpacket.ledger_entry_id_seq IS 'Ids of ledger entries.';
+COMMENT ON SEQUENCE redpacket.reconciliation_pass_id_seq IS 'Ids of reconciliation rows; a later pass has a larger id.';
+COMMENT ON COLUMN redpacket.activity.id IS 'Activity id, returned by rp_create_activity.';
+COMMENT ON COLUMN redpacket.activity.name IS 'Free-form label given at creation; not unique.';
+COMMENT ON COLUMN redpacket.activity.starts_at IS 'Claims before this time get not_started.';
+COMMENT ON COLUMN redpacket.activity.ends_at IS 'Claims at or after this time get ended; NULL means open-ended.';
+COMMENT ON COLUMN redpacket.activity.frozen_at IS 'When the current freeze began; NULL while not frozen.';
+COMMENT ON COLUMN redpacket.activity.created_at IS 'When the activity was created.';
+COMMENT ON COLUMN redpacket.activity.created_by IS 'Session user who created the activity.';
+COMMENT ON COLUMN redpacket.stripe.activity_id IS 'The activity this stripe belongs to.';
+COMMENT ON COLUMN redpacket.stripe.stripe IS 'Stripe number, 0 to stripes - 1.';
+COMMENT ON COLUMN redpacket.claim.activity_id IS 'The activity claimed from.';
+COMMENT ON COLUMN redpacket.claim.claim_id IS 'Claim id, returned by rp_claim.';
+COMMENT ON COLUMN redpacket.claim.user_id IS 'The application''s user id (opaque, at most 256 bytes, compared byte-wise).';
+COMMENT ON COLUMN redpacket.claim.request_id IS 'The caller''s request id, required when per_user_limit is above 1; NULL otherwise.';
+COMMENT ON COLUMN redpacket.claim.amount IS 'Amount paid, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.claim.claimed_at IS 'When the claim was recorded.';
+COMMENT ON COLUMN redpacket.ledger.activity_id IS 'The activity the money moved for.';
+COMMENT ON COLUMN redpacket.ledger.entry_id IS 'Ledger entry id.';
+COMMENT ON COLUMN redpacket.ledger.kind IS 'fund (the budget, once at creation) or return (the remainder, once at close or expiry).';
+COMMENT ON COLUMN redpacket.ledger.amount IS 'Amount moved, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.ledger.reason IS 'Why the money moved (creation, close, expiry).';
+COMMENT ON COLUMN redpacket.ledger.created_at IS 'When the entry was recorded.';
+COMMENT ON COLUMN redpacket.ledger.created_by IS 'Session user (or the reconciler''s role) who recorded the entry.';
+COMMENT ON COLUMN redpacket.reconcile_state.activity_id IS 'The activity this watermark belongs to.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_claim_id IS 'Claims with ids up to this one are summed into claimed and claim_count.';
+COMMENT ON COLUMN redpacket.reconcile_state.claimed IS 'Sum of the amounts of the claims up to last_claim_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.claim_count IS 'Number of claims up to last_claim_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.settled IS 'True once an expired activity''s remainder was returned by a pass.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_pass_at IS 'When a pass last checked this activity.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_balance IS 'Sum of the stripe balances the last pass saw.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_packets IS 'Sum of the stripe packet counts the last pass saw.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_claims IS 'Sum of the stripe claim counters the last pass saw.';
+COMMENT ON COLUMN redpacket.reconciliation.activity_id IS 'The activity checked.';
+COMMENT ON COLUMN redpacket.reconciliation.pass_id IS 'Row id; later passes have larger ids.';
+COMMENT ON COLUMN redpacket.reconciliation.checked_at IS 'When the pass checked the activity.';
+COMMENT ON COLUMN redpacket.reconciliation.full_check IS 'True when every claim was re-summed, false when only claims past the watermark were.';
+COMMENT ON COLUMN redpacket.reconciliation.expected IS 'funded - returned - sum of claims, in currency units.';
+COMMENT ON COLUMN redpacket.reconciliation.actual IS 'Sum of the stripe balances, in currency units.';
+COMMENT ON COLUMN redpacket.reconciliation.drift IS 'actual - expected; 0 when the books balance.';
+COMMENT ON COLUMN redpacket.reconciliation.expected_packets IS 'packets - number of claims; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.reconciliation.actual_packets IS 'Sum of the stripe packet counts; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.reconciliation.expected_claims IS 'Number of claims in the claim table.';
+COMMENT ON COLUMN redpacket.reconciliation.actual_claims IS 'Sum of the stripe claim counters.';
+COMMENT ON COLUMN redpacket.reconciliation.negative_stripes IS 'Stripes with a negative balance or packet count (must be 0).';
+COMMENT ON COLUMN redpacket.reconciliation.new_claims IS 'Claims this pass counted past the previous watermark.';
+COMMENT ON COLUMN redpacket.reconciliation.ok IS 'True when every check held; false raises an alert (and freezes when redpacket.freeze_on_mismatch is on).';
+COMMENT ON COLUMN redpacket.activity_status.id IS 'Activity id.';
+COMMENT ON COLUMN redpacket.activity_status.name IS 'Activity name.';
+COMMENT ON COLUMN redpacket.activity_status.state IS 'scheduled, active, exhausted, ended or frozen (frozen wins over the others).';
+COMMENT ON COLUMN redpacket.activity_status.scale IS 'Fractional digits of the currency unit.';
+COMMENT ON COLUMN redpacket.activity_status.total IS 'Funded budget.';
+COMMENT ON COLUMN redpacket.activity_status.claimed_amount IS 'total - returned - remaining: what claims have taken.';
+COMMENT ON COLUMN redpacket.activity_status.claimed_count IS 'Claims recorded (sum of the stripe claim counters).';
+COMMENT ON COLUMN redpacket.activity_status.remaining_amount IS 'Budget still claimable (sum of the stripe balances).';
+COMMENT ON COLUMN redpacket.activity_status.remaining_packets IS 'Packets still claimable; NULL when there is no packet cap.';
+COMMENT ON COLUMN redpacket.activity_status.stripes IS 'Number of stripes.';
+COMMENT ON COLUMN redpacket.activity_status.starts_at IS 'When claims open.';
+COMMENT ON COLUMN redpacket.activity_status.ends_at IS 'When claims close; NULL means open-ended.';
+COMMENT ON COLUMN redpacket.activity_status.last_reconciled_at IS 'When a reconciliation pass last checked this activity; NULL if never. An activity that did not change is not checked again, so an old value alone is not a problem.';
+COMMENT ON COLUMN redpacket.activity_status.last_reconcile_ok IS 'Result of the latest check of this activity.';
+COMMENT ON COLUMN redpacket.activity_status.frozen_reason IS 'Why the activity is frozen; NULL when it is not.';

@@ -410,6 +410,7 @@ rp_claim(PG_FUNCTION_ARGS)
 			 PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3),
 			 &out);
 	SPI_finish();
+	RpStatsCount(PG_GETARG_INT64(0), out.status);	/* [ops] until alloc places the calls */
 
 	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -1,7 +1,8 @@
 /*
  * redpacket.c
  *		Module entry point: the module magic, the GUCs and _PG_init, which
- *		only defines the GUCs and registers the worker.  Nothing below this
+ *		only defines the GUCs and, when preloading, asks for the counters'
+ *		shared memory and registers the launcher.  Nothing below this
  *		file calls into it.
  */
 #include "postgres.h"
@@ -19,6 +20,7 @@ char	   *rp_database = NULL;
 bool		rp_freeze_on_mismatch = true;
 bool		rp_restoring = false;
 int			rp_full_check_interval = RP_DEFAULT_FULL_CHECK_INTERVAL;
+int			rp_max_workers = RP_DEFAULT_MAX_WORKERS;
 
 void		_PG_init(void);
 
@@ -65,20 +67,45 @@ _PG_init(void)
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("redpacket.track_stats",
+							 "Count claim answers and events per activity in shared memory.",
+							 "Takes effect only when redpacket is in shared_preload_libraries.",
+							 &rp_track_stats,
+							 true,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+
 	/*
-	 * A postmaster-level setting can only be defined while preloading; it
-	 * only matters to the worker, which exists only then.
+	 * Postmaster-level settings can only be defined while preloading; they
+	 * only matter to shared memory and the workers, which exist only then.
 	 */
 	if (process_shared_preload_libraries_in_progress)
+	{
 		DefineCustomStringVariable("redpacket.database",
-								   "Database the reconciliation worker connects to.",
+								   "Obsolete and ignored: the launcher reconciles every database with the extension.",
 								   NULL,
 								   &rp_database,
-								   "postgres",
+								   "",
 								   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+		DefineCustomIntVariable("redpacket.max_workers",
+								"Most reconcilers (one per database) running at once.",
+								"Each takes a max_worker_processes slot while it runs.",
+								&rp_max_workers,
+								RP_DEFAULT_MAX_WORKERS, RP_MIN_MAX_WORKERS, RP_MAX_MAX_WORKERS,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+		DefineCustomIntVariable("redpacket.stats_max_activities",
+								"Most activities whose claim counters are kept in shared memory.",
+								"Events of further activities are counted as untracked until rp_stats_reset().",
+								&rp_stats_max_activities,
+								RP_DEFAULT_STATS_MAX_ACTIVITIES, RP_MIN_STATS_MAX_ACTIVITIES,
+								RP_MAX_STATS_MAX_ACTIVITIES,
+								PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	}
 
 	MarkGUCPrefixReserved("redpacket");
 
 	if (process_shared_preload_libraries_in_progress)
-		RpRegisterWorker();
+	{
+		RpStatsInit();
+		RpLauncherInit();
+	}
 }

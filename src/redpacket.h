@@ -38,6 +38,12 @@
 #define RP_MIN_SCALE 0
 #define RP_MAX_SCALE 4
 #define RP_MAX_USER_ID_BYTES 256	/* also the limit for request ids */
+#define RP_DEFAULT_STATS_MAX_ACTIVITIES 5000
+#define RP_MIN_STATS_MAX_ACTIVITIES 100
+#define RP_MAX_STATS_MAX_ACTIVITIES 1000000
+#define RP_DEFAULT_MAX_WORKERS 2
+#define RP_MIN_MAX_WORKERS 1
+#define RP_MAX_MAX_WORKERS 64
 
 extern int	rp_default_stripes;
 extern int	rp_reconcile_interval;
@@ -45,6 +51,9 @@ extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
 extern int	rp_full_check_interval;
+extern bool rp_track_stats;
+extern int	rp_stats_max_activities;
+extern int	rp_max_workers;
 
 /*
  * Lock space.  Every lock redpacket takes is a transaction-scoped
@@ -186,6 +195,7 @@ typedef enum RpStatEvent
 	RP_NSTATS
 } RpStatEvent;
 
+extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);
 
 /* reconcile.c */
@@ -193,8 +203,22 @@ extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestoresta
 							TupleDesc outdesc);
 extern void RpWorkerPass(void);
 
-/* worker.c */
-extern void RpRegisterWorker(void);
+/* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
+
+/*
+ * launcher.c: the long-lived launcher that starts a reconciler in every
+ * database every interval; reconcilers report what they found.
+ */
+typedef enum RpWorkerResult
+{
+	RP_WORKER_NONE = 0,			/* no report: failed before the end */
+	RP_WORKER_ABSENT,			/* the extension is not installed there */
+	RP_WORKER_PASSED			/* the extension is there: a pass ran */
+} RpWorkerResult;
+
+extern void RpLauncherInit(void);
+extern void RpLauncherReport(int slot, Oid dboid, RpWorkerResult result);
+PGDLLEXPORT extern void RpLauncherMain(Datum main_arg);
 
 #endif							/* REDPACKET_H */

@@ -1,13 +1,256 @@
 /*
  * stats.c
- *		Per-activity counters of claim answers and events.  Placeholder until
- *		the shared-memory implementation lands: counting is a no-op.
+ *		Per-activity counters of claim answers and events, kept in shared
+ *		memory the way pg_stat_statements keeps its counters: a shared hash
+ *		keyed by (database, activity) whose entries hold one atomic counter
+ *		per RpStatus and per RpStatEvent.  Counting takes the hash's LWLock
+ *		in shared mode and adds to an atomic; only the first event of an
+ *		activity takes the lock exclusively to create its entry.  The table
+ *		holds at most redpacket.stats_max_activities entries; events of an
+ *		activity that finds it full go to the untracked counters instead (no
+ *		eviction, so what a row shows is never silently incomplete).
+ *		Counters live only in memory: a restart or rp_stats_reset() clears
+ *		them.  Without shared_preload_libraries there is no table, counting
+ *		is a no-op and the view is empty.
  */
 #include "postgres.h"
 
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+
 #include "redpacket.h"
 
+PG_FUNCTION_INFO_V1(rp_activity_stats);
+PG_FUNCTION_INFO_V1(rp_stats_reset);
+
+bool		rp_track_stats = true;
+int			rp_stats_max_activities = RP_DEFAULT_STATS_MAX_ACTIVITIES;
+
+typedef struct RpStatsKey
+{
+	Oid			dbid;
+	int32		pad;			/* zeroed: the key is hashed as bytes */
+	int64		activity;
+} RpStatsKey;
+
+typedef struct RpStatsEntry
+{
+	RpStatsKey	key;
+	pg_atomic_uint64 counts[RP_NSTATS];
+} RpStatsEntry;
+
+typedef struct RpStatsShared
+{
+	LWLock	   *lock;			/* protects the hash's membership */
+	bool		full_logged;	/* "table full" logged since the last reset */
+	pg_atomic_uint64 untracked[RP_NSTATS];	/* events that found the table full */
+} RpStatsShared;
+
+static RpStatsShared *rp_stats = NULL;
+static HTAB *rp_stats_hash = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+StatsShmemSize(void)
+{
+	return add_size(MAXALIGN(sizeof(RpStatsShared)),
+					hash_estimate_size(rp_stats_max_activities, sizeof(RpStatsEntry)));
+}
+
+static void
+StatsShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(StatsShmemSize());
+	RequestNamedLWLockTranche("redpacket stats", 1);
+}
+
+static void
+StatsShmemStartup(void)
+{
+	HASHCTL		info;
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	rp_stats = ShmemInitStruct("redpacket stats", sizeof(RpStatsShared), &found);
+	if (!found)
+	{
+		rp_stats->lock = &(GetNamedLWLockTranche("redpacket stats"))->lock;
+		rp_stats->full_logged = false;
+		for (int i = 0; i < RP_NSTATS; i++)
+			pg_atomic_init_u64(&rp_stats->untracked[i], 0);
+	}
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(RpStatsKey);
+	info.entrysize = sizeof(RpStatsEntry);
+	rp_stats_hash = ShmemInitHash("redpacket stats hash",
+								  rp_stats_max_activities, rp_stats_max_activities,
+								  &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while preloading: ask for the shared table. */
+void
+RpStatsInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = StatsShmemRequest;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = StatsShmemStartup;
+}
+
+/*
+ * The entry of key, created if there is room; NULL when the table is full.
+ * Called with the lock held exclusively.
+ */
+static RpStatsEntry *
+StatsEnter(const RpStatsKey *key)
+{
+	RpStatsEntry *e;
+	bool		found;
+
+	e = hash_search(rp_stats_hash, key, HASH_FIND, NULL);
+	if (e != NULL)
+		return e;
+	if (hash_get_num_entries(rp_stats_hash) >= rp_stats_max_activities)
+	{
+		if (!rp_stats->full_logged)
+		{
+			rp_stats->full_logged = true;
+			ereport(LOG,
+					(errmsg("redpacket.stats_max_activities (%d) is reached: events of further activities are counted only as untracked",
+							rp_stats_max_activities),
+					 errhint("Call redpacket.rp_stats_reset() to make room, or raise redpacket.stats_max_activities and restart.")));
+		}
+		return NULL;
+	}
+	e = hash_search(rp_stats_hash, key, HASH_ENTER_NULL, &found);
+	if (e != NULL && !found)
+		for (int i = 0; i < RP_NSTATS; i++)
+			pg_atomic_init_u64(&e->counts[i], 0);
+	return e;
+}
+
+/*
+ * Count one event of an activity.  The hot path: a shared lock, a hash
+ * probe and an atomic add.
+ */
 void
 RpStatsCount(int64 activity, int event)
 {
+	RpStatsKey	key;
+	RpStatsEntry *e;
+
+	if (rp_stats == NULL || !rp_track_stats || event < 0 || event >= RP_NSTATS)
+		return;
+
+	key.dbid = MyDatabaseId;
+	key.pad = 0;
+	key.activity = activity;
+
+	LWLockAcquire(rp_stats->lock, LW_SHARED);
+	e = hash_search(rp_stats_hash, &key, HASH_FIND, NULL);
+	if (e == NULL)
+	{
+		LWLockRelease(rp_stats->lock);
+		LWLockAcquire(rp_stats->lock, LW_EXCLUSIVE);
+		e = StatsEnter(&key);
+	}
+	if (e != NULL)
+		pg_atomic_fetch_add_u64(&e->counts[event], 1);
+	else
+		pg_atomic_fetch_add_u64(&rp_stats->untracked[event], 1);
+	LWLockRelease(rp_stats->lock);
+}
+
+/* One row of rp_activity_stats: the activity (NULL: untracked), then counters. */
+static void
+StatsRow(ReturnSetInfo *rsinfo, bool has_activity, int64 activity, pg_atomic_uint64 *counts)
+{
+	Datum		values[1 + RP_NSTATS];
+	bool		nulls[1 + RP_NSTATS] = {0};
+
+	values[0] = Int64GetDatum(activity);
+	nulls[0] = !has_activity;
+	for (int i = 0; i < RP_NSTATS; i++)
+		values[1 + i] = Int64GetDatum((int64) pg_atomic_read_u64(&counts[i]));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * The counters of the current database's activities, and one row with a
+ * NULL activity for the untracked events (of any database) when there are
+ * any.  Columns follow RpStatus then RpStatEvent order.
+ */
+Datum
+rp_activity_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS seq;
+	RpStatsEntry *e;
+	uint64		untracked = 0;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rp_stats == NULL)
+		return (Datum) 0;
+
+	LWLockAcquire(rp_stats->lock, LW_SHARED);
+	hash_seq_init(&seq, rp_stats_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+		if (e->key.dbid == MyDatabaseId)
+			StatsRow(rsinfo, true, e->key.activity, e->counts);
+	for (int i = 0; i < RP_NSTATS; i++)
+		untracked += pg_atomic_read_u64(&rp_stats->untracked[i]);
+	if (untracked > 0)
+		StatsRow(rsinfo, false, 0, rp_stats->untracked);
+	LWLockRelease(rp_stats->lock);
+	return (Datum) 0;
+}
+
+/*
+ * Forget the counters of one activity of the current database, or (NULL)
+ * of all its activities and the untracked counters; returns how many
+ * activities were forgotten.
+ */
+Datum
+rp_stats_reset(PG_FUNCTION_ARGS)
+{
+	bool		all = PG_ARGISNULL(0);
+	int64		activity = all ? 0 : PG_GETARG_INT64(0);
+	HASH_SEQ_STATUS seq;
+	RpStatsEntry *e;
+	int64		n = 0;
+
+	if (rp_stats == NULL)
+		PG_RETURN_INT64(0);
+
+	LWLockAcquire(rp_stats->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, rp_stats_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		if (e->key.dbid != MyDatabaseId || (!all && e->key.activity != activity))
+			continue;
+		(void) hash_search(rp_stats_hash, &e->key, HASH_REMOVE, NULL);
+		n++;
+	}
+	if (all)
+	{
+		for (int i = 0; i < RP_NSTATS; i++)
+			pg_atomic_write_u64(&rp_stats->untracked[i], 0);
+		rp_stats->full_logged = false;
+	}
+	LWLockRelease(rp_stats->lock);
+	PG_RETURN_INT64(n);
 }

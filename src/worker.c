@@ -1,12 +1,12 @@
 /*
  * worker.c
- *		The reconciliation background worker.  Registered from _PG_init when
- *		redpacket is in shared_preload_libraries, it connects to
- *		redpacket.database and every redpacket.reconcile_interval seconds runs
- *		RpWorkerPass (reconcile.c), which commits per activity and pins the
- *		process's search_path.  It keeps
- *		no state of its own: after an error the postmaster restarts it and it
- *		carries on from the tables.
+ *		One reconciler: a short-lived background worker that the launcher
+ *		(launcher.c) starts in one database.  It connects, looks for the
+ *		extension, runs one pass (RpWorkerPass, which pins the search_path and
+ *		commits per activity) when it is there, reports
+ *		what it found to the launcher and exits.  Not staying connected
+ *		between passes is what keeps DROP DATABASE and CREATE DATABASE ...
+ *		TEMPLATE from waiting for it.  It keeps no state of its own.
  */
 #include "postgres.h"
 
@@ -26,57 +26,36 @@
 
 #include "redpacket.h"
 
-/* how long to sleep while paused (interval 0) before looking again */
-#define RP_PAUSED_SLEEP_MS 1000L
-
-void
-RpRegisterWorker(void)
+/* Is the extension installed in this database? */
+static bool
+ExtensionPresent(void)
 {
-	BackgroundWorker worker;
+	bool		present;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "redpacket");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "RpWorkerMain");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "redpacket reconciler");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "redpacket reconciler");
-	RegisterBackgroundWorker(&worker);
+	StartTransactionCommand();
+	present = OidIsValid(get_extension_oid("redpacket", true));
+	CommitTransactionCommand();
+	return present;
 }
 
 void
 RpWorkerMain(Datum main_arg)
 {
+	int			slot = DatumGetInt32(main_arg);
+	Oid			dboid;
+	bool		present;
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	BackgroundWorkerInitializeConnection(rp_database, NULL, 0);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("redpacket reconciler");
-	elog(LOG, "redpacket reconciler started in database \"%s\"", rp_database);
 
-	for (;;)
-	{
-		long		sleep_ms;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		if (rp_reconcile_interval > 0)
-		{
-			RpWorkerPass();
-			sleep_ms = rp_reconcile_interval * 1000L;
-		}
-		else
-			sleep_ms = RP_PAUSED_SLEEP_MS;
-
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sleep_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
+	present = ExtensionPresent();
+	if (present)
+		RpWorkerPass();
+	RpLauncherReport(slot, dboid, present ? RP_WORKER_PASSED : RP_WORKER_ABSENT);
+	proc_exit(0);
 }

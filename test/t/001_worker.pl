@@ -1,13 +1,15 @@
-# The reconciliation background worker: it starts when redpacket is in
-# shared_preload_libraries, waits quietly while the extension is absent, and
-# every redpacket.reconcile_interval seconds runs a pass over what changed
-# (new claims get ok rows, activity_status shows them; an unchanged activity
-# is left alone; no busy loop).  The postmaster restarts it after
-# pg_terminate_backend; interval 0 pauses it and a reload resumes it (a
-# reload also cuts a long sleep short).  Claims running beside it, including
-# one that commits after a later claim id, never cause a false mismatch,
-# whatever default_transaction_isolation says.  It survives DROP/CREATE
-# EXTENSION, follows redpacket.database, and shuts down cleanly.
+# The reconciliation background workers: the launcher starts when redpacket
+# is in shared_preload_libraries, waits quietly while the extension is
+# absent, and every redpacket.reconcile_interval seconds has a short-lived
+# reconciler run a pass over what changed (new claims get ok rows,
+# activity_status shows them; an unchanged activity is left alone; no busy
+# loop).  The postmaster restarts the launcher after pg_terminate_backend;
+# interval 0 pauses it and a reload resumes it (a reload also cuts a long
+# sleep short).  Claims running beside the passes, including one that
+# commits after a later claim id, never cause a false mismatch, whatever
+# default_transaction_isolation says.  It survives DROP/CREATE EXTENSION,
+# ignores the obsolete redpacket.database (every database with the
+# extension is reconciled), and shuts down cleanly.
 use strict;
 use warnings;
 
@@ -26,17 +28,17 @@ redpacket.reconcile_interval = 1
 $node->start;
 
 my $worker_q =
-  "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redpacket reconciler'";
+  "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redpacket launcher'";
 
-# The pid of the one worker, waiting for it to be (back) up; dies on timeout.
+# The pid of the one launcher, waiting for it to be (back) up; dies on timeout.
 sub worker_pid
 {
 	my ($not_pid) = @_;
 	my $cond = defined $not_pid ? " AND pid <> $not_pid" : '';
 	$node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity"
-		  . " WHERE backend_type = 'redpacket reconciler'$cond")
-	  or die "redpacket reconciler did not show up";
+		  . " WHERE backend_type = 'redpacket launcher'$cond")
+	  or die "redpacket launcher did not show up";
 	return $node->safe_psql('postgres', $worker_q);
 }
 
@@ -51,19 +53,19 @@ sub passes
 # --- Before CREATE EXTENSION: the worker runs and skips quietly -----------
 
 my $pid = worker_pid();
-like($pid, qr/^\d+$/, 'worker is running with only shared_preload_libraries');
+like($pid, qr/^\d+$/, 'launcher is running with only shared_preload_libraries');
 is( $node->safe_psql(
 		'postgres',
-		"SELECT datname, application_name FROM pg_stat_activity WHERE pid = $pid"),
-	'postgres|redpacket reconciler',
-	'worker is connected to redpacket.database (postgres)');
+		"SELECT datname IS NULL, application_name FROM pg_stat_activity WHERE pid = $pid"),
+	't|redpacket launcher',
+	'the launcher is connected to no database');
 
 my $log_offset = -s $node->logfile;
 sleep 3;
 is($node->safe_psql('postgres', $worker_q),
-	$pid, 'without the extension the worker stays up (not restarted)');
+	$pid, 'without the extension the launcher stays up (not restarted)');
 ok( !$node->log_contains(qr/ERROR|FATAL|PANIC/, 0),
-	'without the extension the worker logs no error');
+	'without the extension the launcher and its reconcilers log no error');
 
 # --- Healthy activity gets ok rows ------------------------------------------
 
@@ -154,27 +156,27 @@ my $ticks = cpu_ticks($pid);
 sleep 5;
 is(passes($aid), $n0, 'an unchanged activity gets no new pass');
 cmp_ok(cpu_ticks($pid) - $ticks, '<', 50,
-	'the worker used little CPU over 5 s (sleeps on its latch)');
+	'the launcher used little CPU over 5 s (sleeps on its latch)');
 
-# --- pg_terminate_backend: the postmaster restarts the worker --------------
+# --- pg_terminate_backend: the postmaster restarts the launcher ------------
 
 $log_offset = -s $node->logfile;
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"),
-	't', 'terminated the worker');
+	't', 'terminated the launcher');
 my $t0 = time;
 my $new_pid = worker_pid($pid);
 my $restart_s = time - $t0;
-isnt($new_pid, $pid, 'worker came back with a new pid');
+isnt($new_pid, $pid, 'launcher came back with a new pid');
 cmp_ok($restart_s, '<', 15,
-	sprintf('worker back within a few seconds (%.1f s)', $restart_s));
+	sprintf('launcher back within a few seconds (%.1f s)', $restart_s));
 ok( !$node->log_contains(qr/terminated by signal|server process .* was terminated/,
 		$log_offset),
-	'terminating the worker is not a crash');
+	'terminating the launcher is not a crash');
 $pid = $new_pid;
 
 my $cid = claim($aid, 'after-restart');
 ok($node->poll_query_until('postgres', counted_q($aid, $cid)),
-	'restarted worker resumes passes');
+	'restarted launcher resumes passes');
 
 # --- interval 0 pauses, reload with 1 resumes ------------------------------
 
@@ -189,14 +191,14 @@ is($node->safe_psql('postgres', counted_q($aid, $cid)),
 	'f', 'interval 0: a new claim is not reconciled over 5 seconds');
 is(passes($aid), $n0, 'interval 0: no pass at all');
 is($node->safe_psql('postgres', $worker_q),
-	$pid, 'interval 0: the worker is still there (same pid)');
+	$pid, 'interval 0: the launcher is still there (same pid)');
 
 $node->safe_psql('postgres',
 	'ALTER SYSTEM SET redpacket.reconcile_interval = 1');
 $node->reload;
 $t0 = time;
 ok($node->poll_query_until('postgres', counted_q($aid, $cid)),
-	'reload with interval 1 resumes the worker');
+	'reload with interval 1 resumes the passes');
 cmp_ok(time - $t0, '<', 10, 'resumed within a few seconds');
 is($node->safe_psql('postgres', $worker_q),
 	$pid, 'resume needed no restart');
@@ -218,7 +220,7 @@ $t0 = time;
 ok($node->poll_query_until('postgres', counted_q($aid, $cid)),
 	'interval 600 -> 1: passes resume');
 cmp_ok(time - $t0, '<', 5,
-	'the reload woke the worker (it did not sleep out the 600 s interval)');
+	'the reload woke the launcher (it did not sleep out the 600 s interval)');
 is( $node->safe_psql(
 		'postgres',
 		"SELECT count(*) FILTER (WHERE NOT ok) FROM redpacket.reconciliation WHERE activity_id = $aid"
@@ -358,7 +360,7 @@ $log_offset = -s $node->logfile;
 $node->safe_psql('postgres', 'DROP EXTENSION redpacket');
 sleep 3;
 is($node->safe_psql('postgres', $worker_q),
-	$pid, 'worker stays up after DROP EXTENSION');
+	$pid, 'launcher stays up after DROP EXTENSION');
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 $aid = $node->safe_psql('postgres',
 	"SELECT redpacket.rp_create_activity(5.00, 5, stripes => 2)");
@@ -369,19 +371,21 @@ ok( $node->poll_query_until(
 	),
 	'after DROP and CREATE EXTENSION the worker reconciles the new schema');
 is($node->safe_psql('postgres', $worker_q),
-	$pid, 'no worker restart across DROP/CREATE EXTENSION');
+	$pid, 'no launcher restart across DROP/CREATE EXTENSION');
 ok(!$node->log_contains(qr/ERROR|FATAL|PANIC/, $log_offset),
 	'no error in the log across DROP/CREATE EXTENSION');
 
-# --- redpacket.database picks the worker's database (restart) ----------------
+# --- redpacket.database is obsolete: every database is served (restart) ------
 
 $node->safe_psql('postgres', 'CREATE DATABASE appdb');
 $node->safe_psql('appdb', 'CREATE EXTENSION redpacket');
 $node->safe_psql('postgres', "ALTER SYSTEM SET redpacket.database = 'appdb'");
+$log_offset = -s $node->logfile;
 $node->restart;
 $pid = worker_pid();
-is($node->safe_psql('postgres', "SELECT datname FROM pg_stat_activity WHERE pid = $pid"),
-	'appdb', 'redpacket.database = appdb: the worker connects there');
+ok( $node->wait_for_log(
+		qr/LOG:  redpacket.database is obsolete and ignored/, $log_offset),
+	'redpacket.database set: the launcher says it is ignored');
 my $app_aid = $node->safe_psql('appdb',
 	"SELECT redpacket.rp_create_activity(5.00, 5, stripes => 2)");
 $node->safe_psql('appdb', "SELECT redpacket.rp_claim($app_aid, 'x', 1.00)");
@@ -389,11 +393,10 @@ ok( $node->poll_query_until(
 		'appdb',
 		"SELECT count(*) > 0 AND bool_and(ok) FROM redpacket.reconciliation WHERE activity_id = $app_aid AND expected_claims = 1"
 	),
-	'the worker reconciles activities of appdb');
-my $pg_claim = claim($aid, 'not-in-appdb');
-sleep 3;
-is($node->safe_psql('postgres', counted_q($aid, $pg_claim)),
-	'f', 'and no longer those of postgres');
+	'the reconcilers serve the activities of appdb');
+my $pg_claim = claim($aid, 'also-in-postgres');
+ok($node->poll_query_until('postgres', counted_q($aid, $pg_claim)),
+	'and still those of postgres');
 
 # --- fast shutdown is clean --------------------------------------------------
 

@@ -1,8 +1,8 @@
-# On a streaming standby the worker does nothing: no redpacket reconciler
-# process, nothing in its log, while activity_status shows the primary's
+# On a streaming standby the workers do nothing: no redpacket launcher or
+# reconciler process, nothing in its log, while activity_status shows the primary's
 # numbers (passes included) after catch-up and rp_claim fails with SQLSTATE
-# 25006 (read-only transaction).  Once the standby is promoted the worker
-# starts there and reconciles.
+# 25006 (read-only transaction).  Once the standby is promoted the launcher
+# starts there and its reconcilers reconcile.
 use strict;
 use warnings;
 
@@ -35,7 +35,9 @@ $standby->init_from_backup($primary, 'bk', has_streaming => 1);
 $standby->start;
 
 my $worker_q =
-  "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket reconciler'";
+  "SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('redpacket launcher', 'redpacket reconciler')";
+my $launcher_q =
+  "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket launcher'";
 
 # More claims and passes on the primary while the standby streams.
 $primary->safe_psql('postgres', "SELECT redpacket.rp_claim($aid, 'late', 1.00)");
@@ -50,9 +52,9 @@ is($standby->safe_psql('postgres', "SELECT string_agg(setting, ',' ORDER BY name
 	'1,redpacket', 'standby has the same preload and interval');
 sleep 3;    # several intervals
 is($standby->safe_psql('postgres', $worker_q),
-	'0', 'no redpacket reconciler process on the standby');
-is($primary->safe_psql('postgres', $worker_q),
-	'1', 'the primary has its reconciler');
+	'0', 'no redpacket launcher or reconciler process on the standby');
+is($primary->safe_psql('postgres', $launcher_q),
+	'1', 'the primary has its launcher');
 
 # Freeze the primary's passes so both sides can be compared row for row.
 $primary->safe_psql('postgres',
@@ -79,7 +81,7 @@ is( $standby->safe_psql(
 # Nothing in the standby's log so far: no reconciler, no error or warning.
 my $log_before_claims = -s $standby->logfile;
 unlike(slurp_file($standby->logfile),
-	qr/(?:ERROR|WARNING|FATAL|PANIC):|redpacket reconciler started/,
+	qr/(?:ERROR|WARNING|FATAL|PANIC):|redpacket launcher started/,
 	'standby log: no reconciler, no error');
 
 # Claims on the standby fail with 25006, and nothing changes.
@@ -100,8 +102,8 @@ like(join(' ', @errors), qr/read-only/, 'standby log: they were refused as read-
 # Promotion finishes recovery: the worker starts and reconciles there.
 $primary->stop('fast');
 $standby->promote;
-ok($standby->poll_query_until('postgres', "SELECT ($worker_q) = 1"),
-	'after promotion the reconciler starts on the new primary');
+ok($standby->poll_query_until('postgres', "SELECT ($launcher_q) = 1"),
+	'after promotion the launcher starts on the new primary');
 my $max = $standby->safe_psql('postgres', 'SELECT max(pass_id) FROM redpacket.reconciliation');
 is($standby->safe_psql('postgres', "SELECT status FROM redpacket.rp_claim($aid, 'after-promote', 1.00)"),
 	'claimed', 'after promotion rp_claim works');

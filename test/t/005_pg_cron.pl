@@ -35,8 +35,8 @@ sql('CREATE EXTENSION redpacket');
 my $aid = sql("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'cron')");
 sql("SELECT redpacket.rp_claim($aid, 'u' || g, 1.00) FROM generate_series(1, 3) g");
 
-is( sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket reconciler'"),
-	'1', 'the worker is there, paused (interval 0)');
+is( sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redpacket launcher'"),
+	'1', 'the launcher is there, paused (interval 0)');
 sleep 3;
 is(sql('SELECT count(*) FROM redpacket.reconciliation'),
 	'0', 'the paused worker ran no pass');

@@ -160,7 +160,7 @@ is($standby->safe_psql('postgres', $books_q),
 	$primary->safe_psql('postgres', $books_q),
 	'the standby is unchanged');
 ok( !$standby->log_contains(
-		qr/background worker "redpacket reconciler".*exited with exit code [1-9]|redpacket reconciler.*(ERROR|FATAL)/),
+		qr/background worker "redpacket (?:launcher|reconciler)[^"]*".*exited with exit code [1-9]|redpacket (?:launcher|reconciler).*(ERROR|FATAL)/),
 	'the reconciliation worker stayed quiet on the standby');
 
 # --- Failover: the primary is lost, the standby promoted ----------------------

@@ -1,0 +1,126 @@
+# The per-activity counters (redpacket.activity_stats) against known outcome
+# counts: N users race for P packets under pgbench (claimed = P, exhausted =
+# N - P), a second round of the same users adds P duplicates and N - P more
+# exhausted; frozen, not_started, ended and user_limit answers each land in
+# their column.  redpacket.track_stats = off counts nothing;
+# rp_stats_reset() forgets one activity or all; a full table
+# (redpacket.stats_max_activities) counts further activities as untracked
+# and says so in the log; a restart loses everything.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('stats');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'redpacket'
+redpacket.reconcile_interval = 0
+redpacket.stats_max_activities = 100
+max_locks_per_transaction = 256
+});
+$node->start;
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+my $cols = 'claimed, duplicate, exhausted, frozen, ended, not_started, user_limit';
+sub stats
+{
+	my ($aid) = @_;
+	return sql("SELECT $cols FROM redpacket.activity_stats WHERE activity_id = $aid");
+}
+
+sql('CREATE EXTENSION redpacket');
+
+# --- N users race for P packets, twice --------------------------------------
+
+my ($clients, $per_client, $packets) = (4, 50, 60);
+my $users = $clients * $per_client;    # N = 200
+my $aid = sql("SELECT redpacket.rp_create_activity(600.00, $packets, stripes => 4)");
+is(stats($aid), '', 'no row before the first claim');
+
+# each client claims for its own users c-1 .. c-50, once each per round
+my $script = qq{
+\\set n :n + 1
+SELECT status FROM redpacket.rp_claim($aid, :client_id || '-' || :n);
+};
+for my $round (1, 2)
+{
+	$node->pgbench(
+		"--no-vacuum --client=$clients --jobs=2 --transactions=$per_client --define=n=0",
+		0,
+		[qr{processed: $users/$users}],
+		[qr{^$}],
+		"round $round: $users users claim $packets packets",
+		{ "020_round$round" => $script });
+}
+is(sql("SELECT count(*) FROM redpacket.claim WHERE activity_id = $aid"),
+	$packets, "the books: $packets claims recorded");
+is( stats($aid),
+	join('|', $packets, $packets, 2 * ($users - $packets), 0, 0, 0, 0),
+	"counters: claimed = P, duplicate = P (second round), exhausted = 2 (N - P)");
+
+# --- one answer of every other kind ----------------------------------------
+
+my $frozen = sql("SELECT redpacket.rp_create_activity(10.00)");
+sql("SELECT redpacket.rp_freeze($frozen, 'test')");
+my $later = sql("SELECT redpacket.rp_create_activity(10.00, starts_at => now() + interval '1 day')");
+my $closed = sql("SELECT redpacket.rp_create_activity(10.00)");
+sql("SELECT redpacket.rp_close_activity($closed)");
+my $rain = sql("SELECT redpacket.rp_create_activity(10.00, per_user_limit => 2)");
+for my $r (1 .. 3)
+{
+	sql("SELECT redpacket.rp_claim($rain, 'rainer', 0.10, 'r$r')");
+}
+for my $a ($frozen, $later, $closed)
+{
+	sql("SELECT redpacket.rp_claim($a, 'someone', 1.00)");
+	sql("SELECT redpacket.rp_claim($a, 'someone-else', 1.00)");
+}
+is(stats($frozen),  '0|0|0|2|0|0|0', 'frozen answers counted');
+is(stats($later),   '0|0|0|0|0|2|0', 'not_started answers counted');
+is(stats($closed),  '0|0|0|0|2|0|0', 'ended answers counted');
+is(stats($rain),    '2|0|0|0|0|0|1', 'claimed and user_limit answers counted');
+
+# --- counting off --------------------------------------------------------------
+
+my $off = sql("SELECT redpacket.rp_create_activity(10.00)");
+$node->safe_psql('postgres',
+	"SET redpacket.track_stats = off; SELECT redpacket.rp_claim($off, 'quiet', 1.00)");
+is(stats($off), '', 'redpacket.track_stats = off: nothing counted');
+
+# --- reset ---------------------------------------------------------------------
+
+is(sql("SELECT redpacket.rp_stats_reset($frozen)"), '1', 'reset of one activity');
+is(stats($frozen), '', 'its row is gone');
+is(stats($later), '0|0|0|0|0|2|0', 'the others are kept');
+
+# --- a full table: untracked, and a log line ----------------------------------
+
+sql('SELECT redpacket.rp_stats_reset()');
+my $log_offset = -s $node->logfile;
+sql(q{
+SELECT redpacket.rp_claim(redpacket.rp_create_activity(1.00), 'filler', 0.01)
+  FROM generate_series(1, 103)});
+is(sql('SELECT count(*) FROM redpacket.activity_stats WHERE activity_id IS NOT NULL'),
+	'100', 'the table holds redpacket.stats_max_activities activities');
+is(sql('SELECT claimed FROM redpacket.activity_stats WHERE activity_id IS NULL'),
+	'3', 'events of the activities that did not fit are counted as untracked');
+ok( $node->wait_for_log(
+		qr/LOG:  redpacket.stats_max_activities \(100\) is reached/, $log_offset),
+	'a full table is logged');
+is(sql('SELECT redpacket.rp_stats_reset()'), '100', 'reset all');
+is(sql('SELECT count(*) FROM redpacket.activity_stats'), '0', 'empty after reset all');
+
+# --- lost on restart ------------------------------------------------------------
+
+sql("SELECT redpacket.rp_claim($aid, 'after-reset')");
+is(stats($aid), '0|0|1|0|0|0|0', 'counting again after a reset');
+$node->restart;
+is(sql('SELECT count(*) FROM redpacket.activity_stats'), '0', 'a restart loses the counters');
+
+$node->stop('fast');
+done_testing();
