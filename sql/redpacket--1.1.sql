@@ -1,6 +1,45 @@
 -- redpacket 1.1: schema, tables, functions and views of the extension (full install script).
 \echo Use "CREATE EXTENSION redpacket" to load this file. \quit
 
+-- The schema must be a superuser's that nobody else may create objects in:
+-- CREATE EXTENSION adopts an existing schema "redpacket", and objects a
+-- database owner added there beforehand (an operator, an overload) would
+-- capture this script's expressions and the extension's calls.
+DO $guard$
+DECLARE
+    owner_name name;
+    owner_super boolean;
+    creators text;
+BEGIN
+    SELECT r.rolname, r.rolsuper INTO owner_name, owner_super
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket';
+    IF NOT owner_super THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('schema "redpacket" is owned by %I, who is not a superuser', owner_name),
+            DETAIL = 'Objects its owner can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = 'As a superuser: ALTER SCHEMA redpacket OWNER TO postgres (after checking what is in it), then try again.';
+    END IF;
+    SELECT pg_catalog.string_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END, ', ')
+      INTO creators
+      FROM pg_catalog.pg_namespace n
+     CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT r.rolsuper);
+    IF creators IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('%s may create objects in schema "redpacket"', creators),
+            DETAIL = 'Objects they can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA redpacket FROM %s, then try again.', creators);
+    END IF;
+END
+$guard$;
+
 -- Types ------------------------------------------------------------------
 
 CREATE TYPE redpacket.claim_status AS ENUM (
@@ -484,17 +523,20 @@ COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
 CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false)
 LANGUAGE plpgsql AS $$
 DECLARE
-    checked bigint;
-    failed bigint;
-    which text;
+    checked pg_catalog.int8;
+    failed pg_catalog.int8;
+    which pg_catalog.text;
 BEGIN
+    -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
+    -- below is qualified or typed, and the path is pinned for its statements.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF full_check IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'full_check must not be NULL';
     END IF;
     SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT r.ok),
            pg_catalog.string_agg(r.activity_id::pg_catalog.text, ', ') FILTER (WHERE NOT r.ok)
       INTO checked, failed, which
-      FROM redpacket.rp_reconcile(NULL, full_check) r;
+      FROM redpacket.rp_reconcile(NULL::pg_catalog.int8, full_check) r;
     COMMIT;
     IF failed OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING

@@ -119,15 +119,6 @@ static RpPlan set_frozen = {
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
 
-void
-RpNoNull(bool isnull, const char *what)
-{
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", what)));
-}
-
 /*
  * Read columns 1-9 of row 0 of the last SPI result, laid out as in
  * fetch_activity, into *act.

@@ -27,7 +27,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=test/stress/cluster.sh
 source "$HERE/cluster.sh"
-rp_drop_root "$HERE" run.sh "$@"
+rp_drop_root "$HERE/.." stress/run.sh "$@"
 
 ROUNDS=(${STRESS_CLIENTS:-32 48 64})
 PER_ROUND=${STRESS_TXNS:-19200}
