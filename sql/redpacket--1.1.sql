@@ -688,3 +688,155 @@ COMMENT ON COLUMN redpacket.activity_status.ends_at IS 'When claims close; NULL 
 COMMENT ON COLUMN redpacket.activity_status.last_reconciled_at IS 'When a reconciliation pass last checked this activity; NULL if never. An activity that did not change is not checked again, so an old value alone is not a problem.';
 COMMENT ON COLUMN redpacket.activity_status.last_reconcile_ok IS 'Result of the latest check of this activity.';
 COMMENT ON COLUMN redpacket.activity_status.frozen_reason IS 'Why the activity is frozen; NULL when it is not.';
+-- [life] Drop guard -------------------------------------------------------------
+-- DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE, or DROP OWNED BY
+-- its owner) would delete every claim and ledger entry with the tables; the
+-- guard refuses that unless redpacket.allow_drop is on.  An event trigger the
+-- extension owns: pg_dump leaves it to CREATE EXTENSION, and calling its
+-- function loads the library in any session.
+
+CREATE FUNCTION redpacket.rp_drop_guard() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_drop_guard'
+LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_drop_guard() IS
+    'Event trigger function: refuses DROP EXTENSION redpacket, DROP SCHEMA redpacket CASCADE and DROP OWNED BY the extension owner while claims or ledger entries exist, unless redpacket.allow_drop is on.';
+REVOKE ALL ON FUNCTION redpacket.rp_drop_guard() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_drop_guard ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION redpacket.rp_drop_guard();
+-- also under session_replication_role = replica
+ALTER EVENT TRIGGER redpacket_drop_guard ENABLE ALWAYS;
+COMMENT ON EVENT TRIGGER redpacket_drop_guard IS
+    'Refuses to drop redpacket''s tables while they hold money records (see redpacket.allow_drop).';
+
+-- [life] Publication for wallets and CDC ------------------------------------------
+-- Claims and ledger entries as a logical-replication stream for a wallet
+-- service or a Debezium-style consumer (README "Crediting wallets").  Made
+-- here, or completed when it survived a DROP EXTENSION.  PostgreSQL 15 cannot
+-- make a publication an extension member, so the publication keeper (event
+-- triggers below, src/guard.c) puts claim and ledger back into it when a
+-- dump recreates it.  It needs wal_level = logical only when someone
+-- subscribes; PostgreSQL's warning about that is silenced here (client and
+-- server log) and documented instead.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication
+                    WHERE pubname OPERATOR(pg_catalog.=) 'redpacket_events') THEN
+        SET LOCAL client_min_messages = error;
+        SET LOCAL log_min_messages = error;
+        CREATE PUBLICATION redpacket_events FOR TABLE redpacket.claim, redpacket.ledger;
+    ELSE
+        ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim, redpacket.ledger;
+    END IF;
+END
+$$;
+COMMENT ON PUBLICATION redpacket_events IS
+    'Every claim and ledger entry, for subscribers that credit wallets; consumers are idempotent on (activity_id, claim_id) for claims and (activity_id, entry_id) for ledger entries. Kept by the redpacket_publication_* event triggers.';
+
+-- Not SECURITY DEFINER: it drops and alters the publication with the rights
+-- of whoever runs CREATE PUBLICATION, so a role that may not own
+-- redpacket_events cannot make it do so.
+CREATE FUNCTION redpacket.rp_publication_keeper() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_publication_keeper'
+LANGUAGE C SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
+    'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it.';
+REVOKE ALL ON FUNCTION redpacket.rp_publication_keeper() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_publication_start ON ddl_command_start
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+CREATE EVENT TRIGGER redpacket_publication_end ON ddl_command_end
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+COMMENT ON EVENT TRIGGER redpacket_publication_start IS
+    'Before CREATE PUBLICATION redpacket_events (from a dump): drops the one CREATE EXTENSION made.';
+COMMENT ON EVENT TRIGGER redpacket_publication_end IS
+    'After CREATE PUBLICATION redpacket_events (from a dump): puts redpacket.claim and redpacket.ledger into it.';
+
+-- [life] Restore procedure ------------------------------------------------------
+-- CALL redpacket.rp_pre_restore() before restoring a dump into this database
+-- and CALL redpacket.rp_post_restore() after it (README "Backup and
+-- restore").  Between them no reconciliation pass writes anything here.
+-- Procedures without SET clauses so that they can commit; every name in
+-- them is qualified.  Superuser only: redpacket.restoring is PGC_SUSET.
+
+CREATE PROCEDURE redpacket.rp_pre_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    clean integer := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET redpacket.restoring = on',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'on', false);
+    COMMIT;
+    -- a pass that began before the commit may still be checking one
+    -- activity: wait until no pass holds the reconciliation lock (advisory
+    -- lock kind 0x5203 = 20995 in this database), seen free twice in a row
+    WHILE clean < 2 LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+                      AND l.objsubid OPERATOR(pg_catalog.=) 20995
+                      AND l.database OPERATOR(pg_catalog.=)
+                          (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())) THEN
+            clean := 0;
+        ELSE
+            clean := clean OPERATOR(pg_catalog.+) 1;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(0.1);
+    END LOOP;
+    RAISE NOTICE 'redpacket: restore mode is on for database %', pg_catalog.current_database()
+        USING HINT = 'Restore the dump, then CALL redpacket.rp_post_restore().';
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_pre_restore() IS
+    'Before a restore into this database: sets redpacket.restoring = on for the database and the session (no reconciliation pass writes while it is on) and waits for a running pass to finish.';
+REVOKE ALL ON PROCEDURE redpacket.rp_pre_restore() FROM PUBLIC;
+
+CREATE PROCEDURE redpacket.rp_post_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    r record;
+    deadline timestamptz;
+    checked bigint := 0;
+    failed bigint := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I RESET redpacket.restoring',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'off', false);
+    COMMIT;
+    -- a full check of every activity, one transaction each (so the locks of
+    -- one activity at a time are held); a pass of the worker running at the
+    -- same moment makes rp_reconcile return no row: wait and try again
+    FOR a IN SELECT act.id FROM redpacket.activity act ORDER BY act.id LOOP
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '60 s';
+        LOOP
+            SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.count(*) FILTER (WHERE NOT x.ok) AS bad
+              INTO r FROM redpacket.rp_reconcile(a.id, true) x;
+            EXIT WHEN r.n OPERATOR(pg_catalog.>) 0;
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) deadline THEN
+                RAISE EXCEPTION 'redpacket: activity % could not be checked within 60 s', a.id
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Another reconciliation pass kept running; CALL redpacket.rp_post_restore() again.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+        END LOOP;
+        checked := checked OPERATOR(pg_catalog.+) 1;
+        failed := failed OPERATOR(pg_catalog.+) r.bad;
+        COMMIT;
+    END LOOP;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'redpacket: restore finished, % activities checked, % failed', checked, failed
+            USING HINT = 'See redpacket.reconciliation for the failed checks.';
+    ELSE
+        RAISE NOTICE 'redpacket: restore finished, % activities checked, all ok', checked;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
+    'After a restore into this database: clears redpacket.restoring for the database and the session, then fully checks every activity, one transaction each. CALL it outside a transaction block.';
+REVOKE ALL ON PROCEDURE redpacket.rp_post_restore() FROM PUBLIC;

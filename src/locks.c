@@ -46,6 +46,7 @@
 
 #include "common/hashfn.h"
 #include "storage/proc.h"
+#include "utils/guc.h"
 
 #include "redpacket.h"
 
@@ -147,9 +148,25 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 }
 
 /* Rule 3: holding nothing, become the gatherer and wait for every stripe. */
+static int	gather_guc_level = 0;
+
+/*
+ * A gatherer waits holding the stripes it already has, so a transaction
+ * that holds a later stripe from an earlier claim and then waits for one of
+ * them closes a cycle (rule 4).  The waiter whose deadlock_timeout runs out
+ * first finds the cycle and is the one PostgreSQL fails with 40P01; the
+ * gatherer waits with ten times the timeout, so the victim is the
+ * transaction that made earlier claims, not the gatherer (which may be a
+ * single rp_claim call).  The setting is undone in RpGatherEnd, or by the
+ * transaction's end on an error.
+ */
 void
 RpGatherBegin(const RpActivity *act)
 {
+	gather_guc_level = NewGUCNestLevel();
+	(void) set_config_option("deadlock_timeout",
+							 psprintf("%d", Min(DeadlockTimeout, PG_INT32_MAX / 10) * 10),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock);
 	RpLockAllStripes(act);
 }
@@ -161,4 +178,5 @@ RpGatherEnd(const RpActivity *act)
 	for (int s = 0; s < act->stripes; s++)
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
 	RpUnlock(RP_LOCK_GATHER, act->id, 0);
+	AtEOXact_GUC(true, gather_guc_level);
 }

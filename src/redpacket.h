@@ -51,6 +51,7 @@ extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
 extern int	rp_full_check_interval;
+extern bool rp_allow_drop;
 extern bool rp_track_stats;
 extern int	rp_stats_max_activities;
 extern int	rp_max_workers;
