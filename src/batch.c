@@ -798,6 +798,7 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 	int			wait_stripe;
 	RpTakeResult took;
 
+	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
 	bl.activity = activity;
 	bl.kept = -1;
 	bl.gather.id = 0;

@@ -338,6 +338,7 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 
 	RpCheckUserId(user_id);
 	RpCheckRequestId(request_id);
+	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
 	user_hash = RpUserHash(user_id);
 	gather.id = 0;
 

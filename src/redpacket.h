@@ -260,6 +260,12 @@ extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestoresta
 							TupleDesc outdesc);
 extern void RpWorkerPass(void);
 
+/* scaleout.c: on a Citus cluster, is the activity held by this node? */
+extern bool RpDistributed(void);
+extern bool RpActivityIsLocal(int64 activity);
+extern bool RpActivityPlacement(int64 activity, char **where);
+extern void RpRequireLocalActivity(int64 activity);
+
 /* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
 

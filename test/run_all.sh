@@ -58,6 +58,13 @@ elif ! bash "$ROOT/test/setup.sh"; then
     exit 1
 fi
 
+# Citus for the scale-out TAP test (test/t/201_citus.pl skips without it):
+# built once from CITUS_SRC and cached in test/citus/build/.
+if ! bash "$ROOT/test/citus/build.sh"; then
+    failed=$((failed + 1))
+    failed_names+=(citus-build)
+fi
+
 # 2. The copy, and who runs the tests ----------------------------------------
 if [ "$(id -u)" -eq 0 ]; then
     if ! id postgres >/dev/null 2>&1; then
@@ -75,7 +82,8 @@ else
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-test.XXXXXX")
 tar -C "$ROOT" --exclude=./.git --exclude=./tmp_check --exclude=./tmp_check_iso \
-    --exclude=./results --exclude=./test/output_iso --exclude=./log -cf - . |
+    --exclude=./results --exclude=./test/output_iso --exclude=./log \
+    --exclude=./test/citus/build -cf - . |
     tar -C "$WORK" -xf -
 chmod 755 "$WORK"
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
