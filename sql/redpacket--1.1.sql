@@ -409,23 +409,6 @@ SELECT pg_catalog.pg_extension_config_dump('redpacket.reconciliation_pass_id_seq
 -- [rec] Reconciler 1.1: failed checks by name, error rows, full-check times,
 -- the reconciler's own status. ----------------------------------------------
 
-COMMENT ON COLUMN redpacket.reconciliation.expected IS
-    'funded - returned - sum of claims, in currency units; NULL when the check could not run (error).';
-COMMENT ON COLUMN redpacket.reconciliation.actual IS
-    'Sum of the stripe balances, in currency units; NULL when the check could not run (error).';
-COMMENT ON COLUMN redpacket.reconciliation.drift IS 'actual - expected.';
-COMMENT ON COLUMN redpacket.reconciliation.expected_packets IS
-    'Packets that should remain: packets - claims while open, 0 once closed; NULL without a packet cap.';
-COMMENT ON COLUMN redpacket.reconciliation.actual_packets IS 'Sum of the stripe packet counts.';
-COMMENT ON COLUMN redpacket.reconciliation.expected_claims IS 'Claims in the claim table.';
-COMMENT ON COLUMN redpacket.reconciliation.actual_claims IS 'Sum of the stripe claim counters.';
-COMMENT ON COLUMN redpacket.reconciliation.negative_stripes IS 'Stripes with a negative balance or packet count.';
-COMMENT ON COLUMN redpacket.reconciliation.new_claims IS 'Claims this check read past the watermark (all of them for a full check).';
-COMMENT ON COLUMN redpacket.reconciliation.ok IS 'True when every check passed.';
-COMMENT ON COLUMN redpacket.reconciliation.full_check IS 'True when every claim was re-summed, not only those past the watermark.';
-COMMENT ON COLUMN redpacket.reconciliation.checked_at IS 'When the check ran.';
-COMMENT ON COLUMN redpacket.reconciliation.pass_id IS 'Id of this check, from reconciliation_pass_id_seq.';
-COMMENT ON COLUMN redpacket.reconciliation.activity_id IS 'The activity checked.';
 COMMENT ON COLUMN redpacket.reconciliation.problems IS
     'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), error; empty when ok; NULL on rows written by 1.0.';
 COMMENT ON COLUMN redpacket.reconciliation.error IS
@@ -680,10 +663,10 @@ COMMENT ON COLUMN redpacket.reconciliation.activity_id IS 'The activity checked.
 COMMENT ON COLUMN redpacket.reconciliation.pass_id IS 'Row id; later passes have larger ids.';
 COMMENT ON COLUMN redpacket.reconciliation.checked_at IS 'When the pass checked the activity.';
 COMMENT ON COLUMN redpacket.reconciliation.full_check IS 'True when every claim was re-summed, false when only claims past the watermark were.';
-COMMENT ON COLUMN redpacket.reconciliation.expected IS 'funded - returned - sum of claims, in currency units.';
-COMMENT ON COLUMN redpacket.reconciliation.actual IS 'Sum of the stripe balances, in currency units.';
+COMMENT ON COLUMN redpacket.reconciliation.expected IS 'funded - returned - sum of claims, in currency units; NULL when the check could not run (problems = {error}).';
+COMMENT ON COLUMN redpacket.reconciliation.actual IS 'Sum of the stripe balances, in currency units; NULL when the check could not run (problems = {error}).';
 COMMENT ON COLUMN redpacket.reconciliation.drift IS 'actual - expected; 0 when the books balance.';
-COMMENT ON COLUMN redpacket.reconciliation.expected_packets IS 'packets - number of claims; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.reconciliation.expected_packets IS 'packets - number of claims, 0 once the activity is closed; NULL when the activity has no packet cap.';
 COMMENT ON COLUMN redpacket.reconciliation.actual_packets IS 'Sum of the stripe packet counts; NULL when the activity has no packet cap.';
 COMMENT ON COLUMN redpacket.reconciliation.expected_claims IS 'Number of claims in the claim table.';
 COMMENT ON COLUMN redpacket.reconciliation.actual_claims IS 'Sum of the stripe claim counters.';

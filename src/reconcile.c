@@ -33,6 +33,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/proc.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -758,9 +759,10 @@ RecordErrorStep(void *arg)
 }
 
 /*
- * Run fn(arg) in a subtransaction.  On an error other than a cancel or a
- * shutdown, roll the subtransaction back (with the locks it took) and
- * return the error; NULL when fn succeeded.
+ * Run fn(arg) in a subtransaction.  On an error other than a cancel, a
+ * shutdown or a read-only transaction (nothing about one activity), roll the
+ * subtransaction back (with the locks it took) and return the error; NULL
+ * when fn succeeded.
  */
 static ErrorData *
 InSubtransaction(void (*fn) (void *), void *arg)
@@ -783,7 +785,8 @@ InSubtransaction(void (*fn) (void *), void *arg)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			edata->sqlerrcode == ERRCODE_READ_ONLY_SQL_TRANSACTION)
 			PG_RE_THROW();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
@@ -1111,6 +1114,8 @@ rp_reconcile(PG_FUNCTION_ARGS)
 
 	RpNoNull(PG_ARGISNULL(1), "full_check");
 	full_check = PG_GETARG_BOOL(1);
+	/* a pass writes: on a standby or in a read-only transaction, say so first */
+	PreventCommandIfReadOnly("rp_reconcile()");
 
 	/*
 	 * Each check reads with a snapshot taken after it holds the stripe locks;
