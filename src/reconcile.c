@@ -900,6 +900,28 @@ RecordPass(TimestampTz started, const RpPass *pass)
 }
 
 /*
+ * An explicit check of one activity may have to keep its stripe locks (when
+ * it settles or freezes it): refuse it when that could take this
+ * transaction past RP_PASS_LOCK_BUDGET, rather than fill the lock table
+ * with a query that reconciles many activities one by one.
+ */
+static void
+RequireLockBudget(int64 activity)
+{
+	RpActivity	act;
+
+	if (kept_in_xact > 0 && RpFetchActivity(activity, &act, true) &&
+		kept_in_xact + act.stripes > RP_PASS_LOCK_BUDGET)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("this transaction already keeps %d stripe locks of activities it reconciled",
+						kept_in_xact),
+				 errdetail("Reconciling activity " INT64_FORMAT " could keep %d more, and a transaction keeps at most %d.",
+						   activity, act.stripes, RP_PASS_LOCK_BUDGET),
+				 errhint("Reconcile each activity in a transaction of its own, or call redpacket.rp_reconcile() without an activity.")));
+}
+
+/*
  * One pass in the caller's transaction (rp_reconcile): over one activity,
  * or all pending ones when activity is NULL.  Returns the number of
  * activities checked, or -1 when another pass holds the reconciliation lock
@@ -933,19 +955,21 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 
 	pass.out = out;
 	pass.outdesc = desc;
-	if (activity != NULL)
-	{
-		pass.one = true;
-		pass.repair = full_check;
-		(void) ReconcileGuarded(*activity, full_check, &pass);
-		return pass.checked;
-	}
-
 	if (kept_lxid != MyProc->lxid)
 	{
 		kept_lxid = MyProc->lxid;
 		kept_in_xact = 0;
 	}
+	if (activity != NULL)
+	{
+		RequireLockBudget(*activity);
+		pass.one = true;
+		pass.repair = full_check;
+		(void) ReconcileGuarded(*activity, full_check, &pass);
+		kept_in_xact += pass.kept_locks;
+		return pass.checked;
+	}
+
 	n = ListPending(full_check, 0, (Datum) 0, CurrentMemoryContext, &ids, &full);
 	for (i = 0; i < n; i++)
 	{
