@@ -6,9 +6,9 @@
 #   make stress / make bench         concurrency stress run / benchmark suite
 
 MODULE_big = redpacket
-OBJS = src/redpacket.o src/base.o src/money.o src/stripe.o src/claim.o src/batch.o \
-       src/activity.o src/reconcile.o src/worker.o \
-       src/launcher.o src/stats.o
+OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
+       src/stripe.o src/claim.o src/batch.o src/activity.o src/reconcile.o src/worker.o \
+       src/launcher.o src/stats.o src/guard.o src/scaleout.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.0--1.1.sql
@@ -34,6 +34,9 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# the TAP tests' own Perl module (test/perl/RedpacketTest.pm)
+PG_PROVE_FLAGS += -I $(srcdir)/test/perl
+
 .PHONY: stress bench demo
 stress:
 	bash test/stress/run.sh
@@ -44,3 +47,11 @@ demo:
 
 # Every object depends on the shared header.
 $(OBJS): src/redpacket.h
+
+# The allocator's own tests: a program built from src/alloc.c alone, for
+# tests only (never installed).
+.PHONY: alloc-test
+test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/redpacket.h
+	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
+alloc-test: test/alloc/plan_test
+	test/alloc/plan_test

@@ -1,7 +1,8 @@
 -- rp_create_activity: what a new activity looks like (activity row, stripes,
 -- funding in the ledger), the redpacket.stripes GUC, and every validation
 -- error, each of which must leave nothing behind.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- Everything an activity consists of, checked against its own row.
 CREATE FUNCTION pg_temp.shape(aid bigint)

@@ -1,7 +1,8 @@
 -- rp_claim_batch: element by element in array order, the same outcome as
 -- rp_claim for each; bad input anywhere (or arrays of different lengths)
 -- makes the whole call an error with nothing written.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- The same script on twin activities: one rp_claim at a time, and one batch.
 CREATE TEMP TABLE script (ord integer, user_id text, amount numeric);

@@ -2,7 +2,8 @@
 -- claims the whole budget (all stripes together) can cover, then the exact
 -- remainder, then exhausted, for any stripe count, with and without packets.
 -- 100.00 claimed 0.07 at a time gives 1428 claims and leaves 0.04.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- Fund an activity, claim `step` `tries` times (one user each), then one
 -- claim per amount in `after`; report the status counts and the books.

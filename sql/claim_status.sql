@@ -1,7 +1,8 @@
 -- rp_claim statuses and their precedence: duplicate, frozen, not_started,
 -- ended, user_limit, exhausted, claimed.  A status other than claimed and
 -- duplicate carries no claim id, amount or time, and writes nothing.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- The enum holds exactly the statuses, in check order.
 SELECT enum_range(NULL::redpacket.claim_status);

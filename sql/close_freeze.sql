@@ -1,7 +1,8 @@
 -- rp_close_activity returns the unclaimed remainder and records it in the
 -- ledger, once; later claims get ended (or duplicate).  rp_freeze and
 -- rp_unfreeze hold and release an activity without moving money.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- close after some claims -------------------------------------------------
 SELECT redpacket.rp_create_activity(10.00, stripes => 4, name => 'close') AS a \gset

@@ -2,7 +2,8 @@
 -- unit and at most twice the mean remaining per packet of its stripe, never
 -- so much that a later packet could get less than one unit; all packets sum
 -- to the total exactly; after the last packet, exhausted.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- Fund an activity with packets, draw every packet, then try once more, and
 -- check the draws.  Per stripe, claims in claim id order replay the draws:

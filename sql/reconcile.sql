@@ -2,7 +2,8 @@
 -- proving funded - returned - claims = stripe balances and the packet count,
 -- recorded in redpacket.reconciliation; incremental (new_claims); a mismatch
 -- fails the pass and freezes the activity; expired activities are settled.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, packets => 10, stripes => 4, name => 'rc') AS a \gset
 SELECT status FROM redpacket.rp_claim(:a, 'alice', 1.00);

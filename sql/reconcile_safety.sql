@@ -5,7 +5,8 @@
 -- cannot fully see (stripe rows missing, no funding entry, no state row, a
 -- sequence behind its table) is reported incomplete and nothing is written
 -- for it; while a restore is announced the pass writes nothing at all.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- NULL arguments ---------------------------------------------------------------
 SELECT pg_temp.err('SELECT * FROM redpacket.rp_reconcile(1, NULL)') AS null_full_check;

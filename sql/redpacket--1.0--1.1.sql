@@ -2,6 +2,45 @@
 -- test/t/010_upgrade.pl proves that an upgraded database equals a fresh 1.1.
 \echo Use "ALTER EXTENSION redpacket UPDATE TO '1.1'" to load this file. \quit
 
+-- The schema must be a superuser's that nobody else may create objects in:
+-- CREATE EXTENSION adopts an existing schema "redpacket", and objects a
+-- database owner added there beforehand (an operator, an overload) would
+-- capture this script's expressions and the extension's calls.
+DO $guard$
+DECLARE
+    owner_name name;
+    owner_super boolean;
+    creators text;
+BEGIN
+    SELECT r.rolname, r.rolsuper INTO owner_name, owner_super
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket';
+    IF NOT owner_super THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('schema "redpacket" is owned by %I, who is not a superuser', owner_name),
+            DETAIL = 'Objects its owner can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = 'As a superuser: ALTER SCHEMA redpacket OWNER TO postgres (after checking what is in it), then try again.';
+    END IF;
+    SELECT pg_catalog.string_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END, ', ')
+      INTO creators
+      FROM pg_catalog.pg_namespace n
+     CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT r.rolsuper);
+    IF creators IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('%s may create objects in schema "redpacket"', creators),
+            DETAIL = 'Objects they can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA redpacket FROM %s, then try again.', creators);
+    END IF;
+END
+$guard$;
+
 -- [rec] Reconciler 1.1 (see the same block in redpacket--1.1.sql). ------------
 ALTER TABLE redpacket.reconciliation
     ALTER COLUMN expected DROP NOT NULL,
@@ -164,17 +203,20 @@ COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
 CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false)
 LANGUAGE plpgsql AS $$
 DECLARE
-    checked bigint;
-    failed bigint;
-    which text;
+    checked pg_catalog.int8;
+    failed pg_catalog.int8;
+    which pg_catalog.text;
 BEGIN
+    -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
+    -- below is qualified or typed, and the path is pinned for its statements.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF full_check IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'full_check must not be NULL';
     END IF;
     SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT r.ok),
            pg_catalog.string_agg(r.activity_id::pg_catalog.text, ', ') FILTER (WHERE NOT r.ok)
       INTO checked, failed, which
-      FROM redpacket.rp_reconcile(NULL, full_check) r;
+      FROM redpacket.rp_reconcile(NULL::pg_catalog.int8, full_check) r;
     COMMIT;
     IF failed OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
@@ -367,3 +409,316 @@ COMMENT ON COLUMN redpacket.activity_status.ends_at IS 'When claims close; NULL 
 COMMENT ON COLUMN redpacket.activity_status.last_reconciled_at IS 'When a reconciliation pass last checked this activity; NULL if never. An activity that did not change is not checked again, so an old value alone is not a problem.';
 COMMENT ON COLUMN redpacket.activity_status.last_reconcile_ok IS 'Result of the latest check of this activity.';
 COMMENT ON COLUMN redpacket.activity_status.frozen_reason IS 'Why the activity is frozen; NULL when it is not.';
+-- [life] Drop guard -------------------------------------------------------------
+-- DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE, or DROP OWNED BY
+-- its owner) would delete every claim and ledger entry with the tables; the
+-- guard refuses that unless redpacket.allow_drop is on.  An event trigger the
+-- extension owns: pg_dump leaves it to CREATE EXTENSION, and calling its
+-- function loads the library in any session.
+
+CREATE FUNCTION redpacket.rp_drop_guard() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_drop_guard'
+LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_drop_guard() IS
+    'Event trigger function: refuses DROP EXTENSION redpacket, DROP SCHEMA redpacket CASCADE and DROP OWNED BY the extension owner while claims or ledger entries exist, unless redpacket.allow_drop is on.';
+REVOKE ALL ON FUNCTION redpacket.rp_drop_guard() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_drop_guard ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION redpacket.rp_drop_guard();
+-- also under session_replication_role = replica
+ALTER EVENT TRIGGER redpacket_drop_guard ENABLE ALWAYS;
+COMMENT ON EVENT TRIGGER redpacket_drop_guard IS
+    'Refuses to drop redpacket''s tables while they hold money records (see redpacket.allow_drop).';
+
+-- [life] Publication for wallets and CDC ------------------------------------------
+-- Claims and ledger entries as a logical-replication stream for a wallet
+-- service or a Debezium-style consumer (README "Crediting wallets").  Made
+-- here, or completed when it survived a DROP EXTENSION.  PostgreSQL 15 cannot
+-- make a publication an extension member, so the publication keeper (event
+-- triggers below, src/guard.c) puts claim and ledger back into it when a
+-- dump recreates it.  It needs wal_level = logical only when someone
+-- subscribes; PostgreSQL's warning about that is silenced here (client and
+-- server log) and documented instead.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication
+                    WHERE pubname OPERATOR(pg_catalog.=) 'redpacket_events') THEN
+        SET LOCAL client_min_messages = error;
+        SET LOCAL log_min_messages = error;
+        CREATE PUBLICATION redpacket_events FOR TABLE redpacket.claim, redpacket.ledger;
+    ELSE
+        ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim, redpacket.ledger;
+    END IF;
+END
+$$;
+COMMENT ON PUBLICATION redpacket_events IS
+    'Every claim and ledger entry, for subscribers that credit wallets; consumers are idempotent on (activity_id, claim_id) for claims and (activity_id, entry_id) for ledger entries. Kept by the redpacket_publication_* event triggers.';
+
+-- Not SECURITY DEFINER: it drops and alters the publication with the rights
+-- of whoever runs CREATE PUBLICATION, so a role that may not own
+-- redpacket_events cannot make it do so.
+CREATE FUNCTION redpacket.rp_publication_keeper() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_publication_keeper'
+LANGUAGE C SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
+    'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it.';
+REVOKE ALL ON FUNCTION redpacket.rp_publication_keeper() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_publication_start ON ddl_command_start
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+CREATE EVENT TRIGGER redpacket_publication_end ON ddl_command_end
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+COMMENT ON EVENT TRIGGER redpacket_publication_start IS
+    'Before CREATE PUBLICATION redpacket_events (from a dump): drops the one CREATE EXTENSION made.';
+COMMENT ON EVENT TRIGGER redpacket_publication_end IS
+    'After CREATE PUBLICATION redpacket_events (from a dump): puts redpacket.claim and redpacket.ledger into it.';
+
+-- [life] Restore procedure ------------------------------------------------------
+-- CALL redpacket.rp_pre_restore() before restoring a dump into this database
+-- and CALL redpacket.rp_post_restore() after it (README "Backup and
+-- restore").  Between them no reconciliation pass writes anything here.
+-- Procedures without SET clauses so that they can commit; every name in
+-- them is qualified.  Superuser only: redpacket.restoring is PGC_SUSET.
+
+CREATE PROCEDURE redpacket.rp_pre_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    clean integer := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET redpacket.restoring = on',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'on', false);
+    COMMIT;
+    -- a pass that began before the commit may still be checking one
+    -- activity: wait until no pass holds the reconciliation lock (advisory
+    -- lock kind 0x5203 = 20995 in this database), seen free twice in a row
+    WHILE clean < 2 LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+                      AND l.objsubid OPERATOR(pg_catalog.=) 20995
+                      AND l.database OPERATOR(pg_catalog.=)
+                          (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())) THEN
+            clean := 0;
+        ELSE
+            clean := clean OPERATOR(pg_catalog.+) 1;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(0.1);
+    END LOOP;
+    RAISE NOTICE 'redpacket: restore mode is on for database %', pg_catalog.current_database()
+        USING HINT = 'Restore the dump, then CALL redpacket.rp_post_restore().';
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_pre_restore() IS
+    'Before a restore into this database: sets redpacket.restoring = on for the database and the session (no reconciliation pass writes while it is on) and waits for a running pass to finish.';
+REVOKE ALL ON PROCEDURE redpacket.rp_pre_restore() FROM PUBLIC;
+
+CREATE PROCEDURE redpacket.rp_post_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    r record;
+    deadline timestamptz;
+    checked bigint := 0;
+    failed bigint := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I RESET redpacket.restoring',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'off', false);
+    COMMIT;
+    -- a full check of every activity, one transaction each (so the locks of
+    -- one activity at a time are held); a pass of the worker running at the
+    -- same moment makes rp_reconcile return no row: wait and try again
+    FOR a IN SELECT act.id FROM redpacket.activity act ORDER BY act.id LOOP
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '60 s';
+        LOOP
+            SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.count(*) FILTER (WHERE NOT x.ok) AS bad
+              INTO r FROM redpacket.rp_reconcile(a.id, true) x;
+            EXIT WHEN r.n OPERATOR(pg_catalog.>) 0;
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) deadline THEN
+                RAISE EXCEPTION 'redpacket: activity % could not be checked within 60 s', a.id
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Another reconciliation pass kept running; CALL redpacket.rp_post_restore() again.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+        END LOOP;
+        checked := checked OPERATOR(pg_catalog.+) 1;
+        failed := failed OPERATOR(pg_catalog.+) r.bad;
+        COMMIT;
+    END LOOP;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'redpacket: restore finished, % activities checked, % failed', checked, failed
+            USING HINT = 'See redpacket.reconciliation for the failed checks.';
+    ELSE
+        RAISE NOTICE 'redpacket: restore finished, % activities checked, all ok', checked;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
+    'After a restore into this database: clears redpacket.restoring for the database and the session, then fully checks every activity, one transaction each. CALL it outside a transaction block.';
+REVOKE ALL ON PROCEDURE redpacket.rp_post_restore() FROM PUBLIC;
+
+-- [citus] Scale-out on Citus (issue 13) ------------------------------------------
+-- rp_distribute() turns an installed redpacket into a Citus-distributed one;
+-- rp_node_sequences() is its per-node part.  Both are for the extension owner
+-- (a superuser on a Citus cluster) and granted to nobody.
+
+CREATE FUNCTION redpacket.rp_node_sequences() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grp  bigint;
+    seq  text;
+    top  bigint;
+    last bigint;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            HINT = 'Run CREATE EXTENSION citus on every node first.';
+    END IF;
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp IS NULL OR grp OPERATOR(pg_catalog.<) 0 OR grp OPERATOR(pg_catalog.>) 32766 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('this node has no usable Citus group id (%s)', grp),
+            HINT = 'Add the node to the cluster with citus_add_node() on the coordinator first.';
+    END IF;
+    -- Node group g hands out ids in [g * 2^48 + 1, (g + 1) * 2^48 - 1].
+    top := ((grp OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.-) 1;
+    FOREACH seq IN ARRAY ARRAY['activity_id_seq', 'claim_id_seq', 'ledger_entry_id_seq',
+                               'reconciliation_pass_id_seq'] LOOP
+        last := GREATEST(
+            pg_catalog.pg_sequence_last_value(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass),
+            grp OPERATOR(pg_catalog.<<) 48);
+        IF last OPERATOR(pg_catalog.>=) top THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'sequence_generator_limit_exceeded',
+                MESSAGE = pg_catalog.format('sequence redpacket.%I is beyond the range of node group %s', seq, grp);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER SEQUENCE redpacket.%I MAXVALUE %s', seq, top);
+        -- setval, not RESTART: the sequence then reports its last value, which
+        -- the reconciler's completeness check compares ids against.
+        IF last OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.setval(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass, last, true);
+        END IF;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_node_sequences() IS
+    'Citus: gives this node''s redpacket sequences the id range of its node group (group g: g*2^48+1 up to (g+1)*2^48-1), never going backwards, so ids drawn on different nodes never collide and claim ids of an activity keep rising on the node that holds it. Called by rp_distribute() on every node.';
+
+CREATE FUNCTION redpacket.rp_distribute(shard_count integer DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t      record;
+    f      text;
+    r      record;
+    mine   text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            DETAIL = 'rp_distribute() distributes redpacket''s tables with Citus.',
+            HINT = 'Preload citus before redpacket on every node, CREATE EXTENSION citus, add the workers, then call rp_distribute() on the coordinator.';
+    END IF;
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'rp_distribute() must run on the Citus coordinator',
+            HINT = 'Connect to the coordinator, or call citus_set_coordinator_host() there first.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n
+                    WHERE n.groupid OPERATOR(pg_catalog.<>) 0 AND n.isactive) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'the Citus cluster has no worker node',
+            HINT = 'Add the workers with citus_add_node() first.';
+    END IF;
+    -- Every worker must have the same redpacket (its functions run there).
+    SELECT e.extversion INTO mine FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket';
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 $q$SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'redpacket'$q$) LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM mine THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('worker %s:%s does not have redpacket %s', r.nodename, r.nodeport, mine),
+                DETAIL = pg_catalog.format('It answered: %s.', COALESCE(NULLIF(r.result, ''), 'not installed')),
+                HINT = 'Install the same redpacket on every node (shared_preload_libraries = ''citus,redpacket'', CREATE EXTENSION redpacket), then retry.';
+        END IF;
+    END LOOP;
+
+    -- No reconciliation pass (worker or rp_reconcile) may run while the tables
+    -- move: it would read half-moved data.  These locks make every pass wait
+    -- until this transaction commits (create_distributed_table takes them too,
+    -- but one at a time; here all of them come first, in one order).
+    LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
+               redpacket.reconcile_state, redpacket.reconciliation IN ACCESS EXCLUSIVE MODE;
+
+    PERFORM pg_catalog.set_config('citus.shard_replication_factor', '1', true);
+    -- The append-only triggers must hold on every shard.
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    IF shard_count IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.shard_count', shard_count::text, true);
+    END IF;
+
+    -- Every table is keyed by activity first; all colocated with activity, so
+    -- one activity's rows sit on one node.  No reference table: nothing is
+    -- shared between activities.
+    FOR t IN SELECT * FROM (VALUES (1, 'redpacket.activity', 'id'),
+                                   (2, 'redpacket.stripe', 'activity_id'),
+                                   (3, 'redpacket.claim', 'activity_id'),
+                                   (4, 'redpacket.ledger', 'activity_id'),
+                                   (5, 'redpacket.reconcile_state', 'activity_id'),
+                                   (6, 'redpacket.reconciliation', 'activity_id')) v(n, rel, col)
+             ORDER BY n LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                               WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.create_distributed_table(t.rel::pg_catalog.regclass, t.col,
+            colocate_with => CASE WHEN t.n OPERATOR(pg_catalog.=) 1 THEN 'none' ELSE 'redpacket.activity' END);
+        -- The rows now live in the shards; drop the invisible local copy
+        -- (the append-only guard must not fire for that: replica role).
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.set_config('session_replication_role', 'origin', true);
+    END LOOP;
+
+    -- Every function that takes our locks runs on the node holding the
+    -- activity, also inside an explicit transaction (force_delegation).
+    FOREACH f IN ARRAY ARRAY['redpacket.rp_claim(bigint, text, numeric, text)',
+                             'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])',
+                             'redpacket.rp_close_activity(bigint)',
+                             'redpacket.rp_freeze(bigint, text)',
+                             'redpacket.rp_unfreeze(bigint)'] LOOP
+        PERFORM pg_catalog.create_distributed_function(f::pg_catalog.regprocedure, distribution_arg_name => 'activity',
+            colocate_with => 'redpacket.activity', force_delegation => true);
+    END LOOP;
+    -- rp_reconcile(NULL) lists every activity: forced delegation would refuse
+    -- that query, so it is delegated only when called on its own.
+    PERFORM pg_catalog.create_distributed_function('redpacket.rp_reconcile(bigint, boolean)'::pg_catalog.regprocedure,
+        distribution_arg_name => 'activity', colocate_with => 'redpacket.activity');
+
+    -- Disjoint id ranges per node.
+    PERFORM redpacket.rp_node_sequences();
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 'SELECT redpacket.rp_node_sequences()') LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('could not set the sequences of worker %s:%s', r.nodename, r.nodeport),
+                DETAIL = r.result;
+        END IF;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_distribute(integer) IS
+    'Citus, on the coordinator: distributes every redpacket table by activity id (colocated with redpacket.activity, no reference table), delegates every function that takes redpacket''s locks to the node holding the activity (force_delegation, but rp_reconcile only in its own statement), and gives each node''s sequences a disjoint range; reconciliation passes wait while it converts. Refuses without Citus, off the coordinator, or when a worker lacks the same redpacket.';
+
+REVOKE ALL ON FUNCTION redpacket.rp_node_sequences(), redpacket.rp_distribute(integer) FROM PUBLIC;

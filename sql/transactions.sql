@@ -2,7 +2,8 @@
 -- savepoint) leaves nothing of a claim; many claims in one transaction all
 -- land; no subtransaction per claim; locks are transaction-scoped and kept
 -- out of the lock space of applications' pg_advisory_lock keys.
-\i sql/include/helpers.sql
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- Advisory locks this backend holds: all of them, and those an application
 -- could also take with pg_advisory_lock(bigint) (objsubid 1) or

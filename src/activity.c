@@ -119,15 +119,6 @@ static RpPlan set_frozen = {
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
 
-void
-RpNoNull(bool isnull, const char *what)
-{
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be NULL", what)));
-}
-
 /*
  * Read columns 1-9 of row 0 of the last SPI result, laid out as in
  * fetch_activity, into *act.
@@ -423,6 +414,7 @@ rp_close_activity(PG_FUNCTION_ARGS)
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	RpRequireLocalActivity(PG_GETARG_INT64(0));
 	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
 	RpLockAllStripes(&act);
 	remainder = RpSettle(&act, "closed");
@@ -439,6 +431,7 @@ SetFrozen(int64 activity, text *reason)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	RpRequireLocalActivity(activity);
 	(void) RpFetchActivity(activity, &act, false);
 	/* wait for claims in flight; later ones see the new state */
 	RpLockAllStripes(&act);

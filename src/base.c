@@ -32,21 +32,33 @@ RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub)
 }
 
 bool
-RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait)
+RpLockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode, bool wait)
 {
 	LOCKTAG		tag;
 
 	RpLockTag(&tag, kind, activity, sub);
-	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	return LockAcquire(&tag, mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void
+RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	RpLockTag(&tag, kind, activity, sub);
+	LockRelease(&tag, mode, false);
+}
+
+bool
+RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait)
+{
+	return RpLockMode(kind, activity, sub, ExclusiveLock, wait);
 }
 
 void
 RpUnlock(RpLockKind kind, int64 activity, uint32 sub)
 {
-	LOCKTAG		tag;
-
-	RpLockTag(&tag, kind, activity, sub);
-	LockRelease(&tag, ExclusiveLock, false);
+	RpUnlockMode(kind, activity, sub, ExclusiveLock);
 }
 
 /*

@@ -33,6 +33,7 @@ typedef struct BatchElem
 	text	   *request;		/* may be NULL */
 	text	   *key;			/* idempotency key */
 	int64		units;			/* fixed amount; 0 for a lucky draw */
+	int64		asked;			/* units as asked: 0 for a lucky draw */
 	uint32		user_hash;
 	int			key_root;		/* first element with the same key */
 	int			user_root;		/* first element with the same user */
@@ -50,6 +51,9 @@ typedef struct BatchStripes
 	bool	   *halted;
 	int64	   *balance;
 	int64	   *packets;
+	int64	   *avail_units;	/* balance less what is decided */
+	int64	   *avail_packets;
+	int64	   *plan_take;		/* the allocator's answer for one element */
 	int64	   *take_units;		/* decided decrements */
 	int64	   *take_packets;
 	int64	   *take_claims;
@@ -61,42 +65,55 @@ typedef struct BatchStripes
  */
 static RpPlan existing_claims = {
 	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
-	"  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(user_id, idem, ord)"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                  pg_catalog.unnest($3::pg_catalog.text[]))"
+	"       WITH ORDINALITY AS k(user_id, idem, ord)"
 	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
 	"                        FROM redpacket.claim c"
-	"                       WHERE c.activity_id = $1 AND c.user_id = k.user_id"
-	"                         AND c.idempotency_key = k.idem LIMIT 1) c",
+	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
+	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
 	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
 static RpPlan held_counts = {
-	"SELECT k.ord, (SELECT count(*) FROM redpacket.claim c"
-	"                WHERE c.activity_id = $1 AND c.user_id = k.user_id)"
-	"  FROM unnest($2::text[]) WITH ORDINALITY AS k(user_id, ord)",
+	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c"
+	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)"
+	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)",
 	2, {INT8OID, TEXTARRAYOID}
 };
 
 static RpPlan read_stripes = {
 	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted"
-	"  FROM redpacket.stripe s WHERE s.activity_id = $1 AND s.stripe = ANY ($2)",
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
+	"   AND s.stripe OPERATOR(pg_catalog.=) ANY ($2)",
 	2, {INT8OID, INT4ARRAYOID}
 };
 
 static RpPlan debit_stripes = {
 	"UPDATE redpacket.stripe s"
-	"   SET balance = s.balance - d.units, packets = s.packets - d.packets,"
-	"       claims = s.claims + d.claims"
-	"  FROM unnest($2::integer[], $3::bigint[], $4::integer[], $5::bigint[])"
+	"   SET balance = s.balance OPERATOR(pg_catalog.-) d.units,"
+	"       packets = s.packets OPERATOR(pg_catalog.-) d.packets,"
+	"       claims = s.claims OPERATOR(pg_catalog.+) d.claims"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int4[]),"
+	"                  pg_catalog.unnest($3::pg_catalog.int8[]),"
+	"                  pg_catalog.unnest($4::pg_catalog.int4[]),"
+	"                  pg_catalog.unnest($5::pg_catalog.int8[]))"
 	"       AS d(stripe, units, packets, claims)"
-	" WHERE s.activity_id = $1 AND s.stripe = d.stripe",
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) d.stripe",
 	5, {INT8OID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
 static RpPlan insert_claims = {
 	"INSERT INTO redpacket.claim"
 	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
-	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, now()"
-	"   FROM unnest($2::text[], $3::text[], $4::text[], $5::numeric[], $6::integer[])"
+	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
+	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($3::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($4::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($5::pg_catalog.numeric[]),"
+	"                   pg_catalog.unnest($6::pg_catalog.int4[]))"
 	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)"
 	"  ORDER BY k.ord"
 	" RETURNING claim_id, claimed_at",
@@ -161,15 +178,6 @@ FindRoots(BatchElem *e, int n, bool with_key)
 			e[i].user_root = root;
 	}
 	hash_destroy(seen);
-}
-
-static int
-CompareUint32(const void *a, const void *b)
-{
-	uint32		x = *(const uint32 *) a;
-	uint32		y = *(const uint32 *) b;
-
-	return (x > y) - (x < y);
 }
 
 static Datum
@@ -249,8 +257,8 @@ ReadStripes(const RpActivity *act, BatchStripes *st)
 }
 
 /*
- * Give up the partial set and lock every stripe.  Returns false, holding
- * none of them, when one is busy (*busy).
+ * Lock every stripe, giving up the partial set first.  Returns false,
+ * holding none of them, when one is busy (*busy).
  */
 static bool
 LockAll(const RpActivity *act, BatchStripes *st, int *busy)
@@ -266,82 +274,83 @@ LockAll(const RpActivity *act, BatchStripes *st, int *busy)
 	for (int s = 0; s < st->n; s++)
 		st->locked[s] = true;
 	st->all = true;
-	ReadStripes(act, st);
 	return true;
 }
 
 /*
- * Decide one element's payment against the stripes in memory, as a single
- * claim would: one stripe that can pay it all, else several (largest
- * first) with the packet from one that has packets.  Returns false when the
- * locked stripes cannot pay.
+ * A freeze or close marks every stripe while holding every stripe lock: if
+ * a stripe we hold is marked, one committed since the activity was read.
  */
-static bool
+static void
+CheckHalted(RpActivity *act, const BatchStripes *st)
+{
+	for (int s = 0; s < st->n; s++)
+		if (st->locked[s] && st->halted[s])
+		{
+			RpActivity	fresh;
+
+			(void) RpFetchActivity(act->id, &fresh, false);
+			act->frozen = fresh.frozen;
+			act->closed = fresh.closed;
+			return;
+		}
+}
+
+/*
+ * Decide one element's payment with the allocator, over the stripes held
+ * and what earlier elements left in them.  Returns the allocator's answer;
+ * on RP_PLAN_PAID the element's take is added to the batch's.
+ */
+static RpPlanResult
 Allocate(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int *paid_by)
 {
-	int			n = st->n;
-	int			primary = -1;
-	int64		units = e->units;
-	int64		total = 0;
+	RpPlanIn	in;
+	RpPlanOut	out;
+	RpPlanResult r;
 
-	for (int i = 0; i < n && primary < 0; i++)
+	in.n = st->n;
+	in.balance = st->avail_units;
+	in.packets = st->avail_packets;
+	in.visible = st->all ? NULL : st->locked;
+	in.capped = act->packets != 0;
+	in.start = start;
+	in.units = e->units;
+	in.draw = RpDrawUnits;
+	out.take = st->plan_take;
+	r = RpPlanClaim(&in, &out);
+	if (r != RP_PLAN_PAID)
+		return r;
+	for (int s = 0; s < st->n; s++)
 	{
-		int			s = (start + i) % n;
-		int64		bal = st->balance[s] - st->take_units[s];
-		int64		pk = st->packets[s] - st->take_packets[s];
-
-		if (!st->locked[s])
-			continue;
-		if (units == 0 ? (pk > 0 && bal > 0)
-			: (bal >= units && (act->packets == 0 || pk > 0)))
-			primary = s;
-	}
-
-	if (units == 0)
-	{
-		if (primary < 0)
-			return false;
-		units = RpDrawUnits(st->balance[primary] - st->take_units[primary],
-							st->packets[primary] - st->take_packets[primary]);
-		e->units = units;
-		st->take_units[primary] += units;
-	}
-	else if (primary >= 0)
-		st->take_units[primary] += units;
-	else
-	{
-		int64		left = units;
-
-		for (int s = 0; s < n; s++)
-			if (st->locked[s])
-			{
-				total += st->balance[s] - st->take_units[s];
-				if (primary < 0 && (act->packets == 0 ? st->balance[s] - st->take_units[s] > 0
-									: st->packets[s] - st->take_packets[s] > 0))
-					primary = s;
-			}
-		if (primary < 0 || total < units)
-			return false;
-		while (left > 0)
-		{
-			int			best = -1;
-			int64		more;
-
-			for (int s = 0; s < n; s++)
-				if (st->locked[s] && st->balance[s] > st->take_units[s] &&
-					(best < 0 || st->balance[s] - st->take_units[s] >
-					 st->balance[best] - st->take_units[best]))
-					best = s;
-			more = Min(st->balance[best] - st->take_units[best], left);
-			st->take_units[best] += more;
-			left -= more;
-		}
+		st->take_units[s] += out.take[s];
+		st->avail_units[s] -= out.take[s];
 	}
 	if (act->packets != 0)
-		st->take_packets[primary] += 1;
-	st->take_claims[primary] += 1;
-	*paid_by = primary;
-	return true;
+	{
+		st->take_packets[out.primary] += 1;
+		st->avail_packets[out.primary] -= 1;
+	}
+	st->take_claims[out.primary] += 1;
+	e->units = out.units;
+	*paid_by = out.primary;
+	return RP_PLAN_PAID;
+}
+
+/* The status an element gets before any money is looked at, or -1. */
+static int
+ElemStatus(const RpActivity *act, const BatchElem *x, const int64 *taken)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (act->frozen)
+		return RP_FROZEN;
+	if (now < act->starts_at)
+		return RP_NOT_STARTED;
+	if (act->closed || now >= act->ends_at)
+		return RP_ENDED;
+	if (act->per_user_limit > 1 && x->held + taken[x->user_root] >= act->per_user_limit)
+		return RP_USER_LIMIT;
+	return -1;
 }
 
 /*
@@ -351,26 +360,29 @@ Allocate(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int *
  */
 static bool
 Decide(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int n,
-	   bool halted_frozen, bool halted_closed, int *paid_by, int64 *lucky_in)
+	   int *paid_by)
 {
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int		   *winner = palloc(sizeof(int) * n);
 	int64	   *taken = palloc0(sizeof(int64) * n);
 
 	for (int s = 0; s < st->n; s++)
+	{
 		st->take_units[s] = st->take_packets[s] = st->take_claims[s] = 0;
-
+		st->avail_units[s] = st->balance[s];
+		st->avail_packets[s] = st->packets[s];
+	}
 	for (int i = 0; i < n; i++)
 	{
 		winner[i] = -1;
 		e[i].dup_of = -1;
 		paid_by[i] = -1;
-		e[i].units = lucky_in[i];
+		e[i].units = e[i].asked;
 	}
 
 	for (int i = 0; i < n; i++)
 	{
 		BatchElem  *x = &e[i];
+		int			status;
 
 		if (x->existing)
 			continue;			/* duplicate of a claim held before */
@@ -380,102 +392,41 @@ Decide(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int n,
 			x->out.status = RP_DUPLICATE;
 			continue;
 		}
-		if (act->frozen || halted_frozen)
-			x->out.status = RP_FROZEN;
-		else if (now < act->starts_at)
-			x->out.status = RP_NOT_STARTED;
-		else if (act->closed || halted_closed || now >= act->ends_at)
-			x->out.status = RP_ENDED;
-		else if (act->per_user_limit > 1 &&
-				 x->held + taken[x->user_root] >= act->per_user_limit)
-			x->out.status = RP_USER_LIMIT;
-		else if (Allocate(act, st, start, x, &paid_by[i]))
-		{
-			x->out.status = RP_CLAIMED;
-			winner[x->key_root] = i;
-			taken[x->user_root]++;
-		}
-		else if (!st->all)
-			return false;
+		status = ElemStatus(act, x, taken);
+		if (status >= 0)
+			x->out.status = (RpStatus) status;
 		else
-			x->out.status = RP_EXHAUSTED;
+			switch (Allocate(act, st, start, x, &paid_by[i]))
+			{
+				case RP_PLAN_PAID:
+					x->out.status = RP_CLAIMED;
+					winner[x->key_root] = i;
+					taken[x->user_root]++;
+					break;
+				case RP_PLAN_NEED_ALL:
+					return false;
+				case RP_PLAN_EXHAUSTED:
+					x->out.status = RP_EXHAUSTED;
+					break;
+			}
 	}
 	return true;
 }
 
+/* Read the claims the batch's keys already hold, and the users' counts. */
 static void
-ClaimBatch(int64 activity, BatchElem *e, int n)
+ReadHeld(const RpActivity *act, BatchElem *e, int n)
 {
-	RpActivity	act;
-	BatchStripes st;
-	uint32	   *hashes = palloc(sizeof(uint32) * Max(n, 1));
-	int		   *paid_by = palloc(sizeof(int) * Max(n, 1));
-	int64	   *lucky_in = palloc(sizeof(int64) * Max(n, 1));
-	bool	   *claimed = palloc0(sizeof(bool) * Max(n, 1));
-	Datum		values[6];
+	Datum		values[3];
 	bool		isnull;
-	int			start;
-	int			nclaimed = 0;
-	int64		want_units = 0;
-	int64		want_packets = 0;
-	bool		halted_frozen = false;
-	bool		halted_closed = false;
-	int			wait_stripe;
-	int			kept = -1;		/* stripe waited for, held for this attempt */
 
-	/* Bad input first, before any lock or write. */
-	for (int i = 0; i < n; i++)
-		RpCheckUserId(e[i].user);
-	(void) RpFetchActivity(activity, &act, false);
-	for (int i = 0; i < n; i++)
-	{
-		if (e[i].units < 0)
-		{
-			if (act.packets == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("amounts[%d] must be given for activity " INT64_FORMAT, i + 1, activity),
-						 errdetail("A lucky draw (amount NULL) needs an activity created with packets.")));
-			e[i].units = 0;
-		}
-		if (act.per_user_limit > 1 && e[i].request == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("request_ids[%d] is required for activity " INT64_FORMAT, i + 1, activity),
-					 errdetail("The activity allows %d claims per user, so each claim is identified by its request_id.",
-							   act.per_user_limit)));
-		e[i].key = act.per_user_limit == 1 ? cstring_to_text("") : e[i].request;
-		e[i].user_hash = RpUserHash(e[i].user);
-		hashes[i] = e[i].user_hash;
-		lucky_in[i] = e[i].units;
-	}
-
-	qsort(hashes, n, sizeof(uint32), CompareUint32);
-	FindRoots(e, n, true);
-	FindRoots(e, n, false);
-
-	/*
-	 * Each attempt takes the users' locks in hash order and reads everything
-	 * again.  An attempt that finds a stripe busy has written nothing: it
-	 * gives back its locks and waits for that stripe before the next one
-	 * (see "Deadlock avoidance" in stripe.c).
-	 */
-retry:
-	for (int i = 0; i < n; i++)
-		if (i == 0 || hashes[i] != hashes[i - 1])
-			(void) RpLock(RP_LOCK_USER, activity, hashes[i], true);
-retry_locked:
-	(void) RpFetchActivity(activity, &act, false);
 	for (int i = 0; i < n; i++)
 	{
 		e[i].existing = false;
 		e[i].held = 0;
 		memset(&e[i].out, 0, sizeof(e[i].out));
 	}
-	want_units = want_packets = 0;
-	halted_frozen = halted_closed = false;
-
-	values[0] = Int64GetDatum(activity);
+	values[0] = Int64GetDatum(act->id);
 	values[1] = TextArray(e, n, 0, NULL);
 	values[2] = TextArray(e, n, 2, NULL);
 	if (RpExec(&existing_claims, values, NULL, false, 0) != SPI_OK_SELECT)
@@ -488,175 +439,204 @@ retry_locked:
 		x->out.status = RP_DUPLICATE;
 		x->out.claim_id = RpGetInt64(r, 2, 0);
 		x->out.units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(r, 3, &isnull)),
-									   act.scale, "amount");
+									   act->scale, "amount");
 		x->out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, 4, &isnull));
 	}
-	if (act.per_user_limit > 1)
+	if (act->per_user_limit > 1)
 	{
 		if (RpExec(&held_counts, values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
 		for (uint64 r = 0; r < SPI_processed; r++)
 			e[RpGetInt64(r, 1, 0) - 1].held = RpGetInt64(r, 2, 0);
 	}
+}
 
-	/* What the batch may need at most, to pick enough stripes. */
+static void
+InitStripes(BatchStripes *st, int n)
+{
+	st->n = n;
+	st->all = false;
+	st->locked = palloc0(sizeof(bool) * n);
+	st->halted = palloc0(sizeof(bool) * n);
+	st->balance = palloc0(sizeof(int64) * n);
+	st->packets = palloc0(sizeof(int64) * n);
+	st->avail_units = palloc0(sizeof(int64) * n);
+	st->avail_packets = palloc0(sizeof(int64) * n);
+	st->plan_take = palloc0(sizeof(int64) * n);
+	st->take_units = palloc0(sizeof(int64) * n);
+	st->take_packets = palloc0(sizeof(int64) * n);
+	st->take_claims = palloc0(sizeof(int64) * n);
+}
+
+/*
+ * Lock as few stripes as cover the batch: guess from balances read without
+ * locks, try-lock in spread order until the guess covers it.  Returns false,
+ * holding none, when every stripe that could pay was busy (*wait_stripe:
+ * the first in spread order, so that waiters fan out).
+ */
+static bool
+LockSome(const RpActivity *act, BatchStripes *st, const BatchElem *e, int n,
+		 int start, int *wait_stripe)
+{
+	int64		want_units = 0;
+	int64		want_packets = 0;
+	int64		have_units = 0;
+	int64		have_packets = 0;
+	int			first = -1;
+
 	for (int i = 0; i < n; i++)
 		if (!e[i].existing)
 		{
-			want_units += e[i].units > 0 ? e[i].units : 1;
+			want_units += e[i].asked > 0 ? e[i].asked : 1;
 			want_packets++;
 		}
-
-	st.n = act.stripes;
-	st.all = false;
-	st.locked = palloc0(sizeof(bool) * st.n);
-	st.halted = palloc0(sizeof(bool) * st.n);
-	st.balance = palloc0(sizeof(int64) * st.n);
-	st.packets = palloc0(sizeof(int64) * st.n);
-	st.take_units = palloc0(sizeof(int64) * st.n);
-	st.take_packets = palloc0(sizeof(int64) * st.n);
-	st.take_claims = palloc0(sizeof(int64) * st.n);
-	start = RpStartStripe(&act);
-
-	/* Stripes only when some element may be paid. */
-	if (want_packets > 0 && !act.frozen && !act.closed &&
-		GetCurrentTransactionStartTimestamp() >= act.starts_at &&
-		GetCurrentTransactionStartTimestamp() < act.ends_at)
+	for (int s = 0; s < st->n; s++)
+		st->locked[s] = true;
+	ReadStripes(act, st);
+	for (int s = 0; s < st->n; s++)
+		st->locked[s] = false;
+	for (int i = 0; i < st->n; i++)
 	{
-		int64		have_units = 0;
-		int64		have_packets = 0;
-		int			first = -1;
-		bool		covered = false;
+		int			s = (start + i) % st->n;
 
-		/*
-		 * Lock as few stripes as cover the batch: guess from balances read
-		 * without locks, try-lock in spread order until the guess covers it,
-		 * then read the locked ones exactly.  Wait (on the first stripe in
-		 * spread order) only when every stripe was busy; lock them all when
-		 * still short.
-		 */
-		for (int s = 0; s < st.n; s++)
-			st.locked[s] = true;
-		ReadStripes(&act, &st);
-		for (int s = 0; s < st.n; s++)
-			st.locked[s] = false;
-		for (int i = 0; i < st.n && !covered; i++)
-		{
-			int			s = (start + i) % st.n;
-
-			if (st.balance[s] <= 0 || (act.packets != 0 && st.packets[s] <= 0))
-				continue;
-			if (first < 0)
-				first = s;		/* the first in spread order: waiters fan out */
-			if (!RpLock(RP_LOCK_STRIPE, activity, (uint32) s, false))
-				continue;
-			st.locked[s] = true;
-			have_units += st.balance[s];
-			have_packets += st.packets[s];
-			covered = have_units >= want_units &&
-				(act.packets == 0 || have_packets >= want_packets);
-		}
-		if (!covered && have_units == 0 && first >= 0)
-		{
-			wait_stripe = first;
-			goto wait;
-		}
-		ReadStripes(&act, &st);
-		have_units = have_packets = 0;
-		for (int s = 0; s < st.n; s++)
-		{
-			have_units += st.balance[s];
-			have_packets += st.packets[s];
-		}
-		if ((have_units < want_units || (act.packets != 0 && have_packets < want_packets)) &&
-			!LockAll(&act, &st, &wait_stripe))
-			goto wait;
-
-		for (int s = 0; s < st.n; s++)
-			if (st.locked[s] && st.halted[s])
-			{
-				/* frozen or closed since the activity was read */
-				(void) RpFetchActivity(activity, &act, false);
-				halted_frozen = act.frozen;
-				halted_closed = act.closed;
-				break;
-			}
+		if (have_units >= want_units && (act->packets == 0 || have_packets >= want_packets))
+			break;
+		if (st->balance[s] <= 0 || (act->packets != 0 && st->packets[s] <= 0))
+			continue;
+		if (first < 0)
+			first = s;
+		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+			continue;
+		st->locked[s] = true;
+		have_units += st->balance[s];
+		have_packets += st->packets[s];
 	}
-
-	if (!Decide(&act, &st, start, e, n, halted_frozen, halted_closed, paid_by, lucky_in))
+	if (have_units == 0 && first >= 0)
 	{
-		if (!LockAll(&act, &st, &wait_stripe))
-			goto wait;
-		if (!Decide(&act, &st, start, e, n, halted_frozen, halted_closed, paid_by, lucky_in))
-			elog(ERROR, "batch could not be decided with every stripe locked");
+		*wait_stripe = first;
+		return false;
 	}
+	return true;
+}
 
-	/* One UPDATE for the stripes, one INSERT for the claims. */
+/* Some element may be paid: not all held already, and the activity runs. */
+static bool
+MayPay(const RpActivity *act, const BatchElem *e, int n)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	bool		any = false;
+
+	for (int i = 0; i < n && !any; i++)
+		any = !e[i].existing;
+	return any && !act->frozen && !act->closed && now >= act->starts_at && now < act->ends_at;
+}
+
+/*
+ * Take the stripes and decide every element.  Returns RP_TAKE_OK when
+ * decided, or, holding no stripe it took, RP_TAKE_WAIT / RP_TAKE_GATHER
+ * with the busy stripe in *wait_stripe.
+ */
+static RpTakeResult
+LockAndDecide(RpActivity *act, BatchStripes *st, BatchElem *e, int n, int start,
+			  int *paid_by, int *wait_stripe)
+{
+	if (MayPay(act, e, n))
 	{
-		int32	   *ids = palloc(sizeof(int32) * Max(st.n, 1));
-		int64	   *units = palloc(sizeof(int64) * Max(st.n, 1));
-		int32	   *pks = palloc(sizeof(int32) * Max(st.n, 1));
-		int64	   *cls = palloc(sizeof(int64) * Max(st.n, 1));
-		int			m = 0;
-
-		for (int s = 0; s < st.n; s++)
-			if (st.take_claims[s] > 0 || st.take_units[s] > 0)
-			{
-				ids[m] = s;
-				units[m] = st.take_units[s];
-				pks[m] = (int32) st.take_packets[s];
-				cls[m] = st.take_claims[s];
-				m++;
-			}
-			else if (st.locked[s])
-				RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
-
-		if (m > 0)
-		{
-			Datum		amounts;
-			Datum	   *ad = palloc(sizeof(Datum) * n);
-			int32	   *stripes = palloc(sizeof(int32) * n);
-
-			values[1] = Int4Array(ids, m);
-			values[2] = Int8Array(units, m);
-			values[3] = Int4Array(pks, m);
-			values[4] = Int8Array(cls, m);
-			if (RpExec(&debit_stripes, values, NULL, false, 0) != SPI_OK_UPDATE ||
-				SPI_processed != (uint64) m)
-				elog(ERROR, "could not update the stripes of activity " INT64_FORMAT, activity);
-
-			for (int i = 0; i < n; i++)
-				if (e[i].out.status == RP_CLAIMED && e[i].dup_of < 0 && !e[i].existing)
-				{
-					claimed[i] = true;
-					ad[nclaimed] = NumericGetDatum(RpUnitsToAmount(e[i].units, act.scale));
-					stripes[nclaimed] = paid_by[i];
-					nclaimed++;
-				}
-			amounts = PointerGetDatum(construct_array(ad, nclaimed, NUMERICOID, -1, false,
-													  TYPALIGN_INT));
-			values[1] = TextArray(e, n, 0, claimed);
-			values[2] = TextArray(e, n, 1, claimed);
-			values[3] = TextArray(e, n, 2, claimed);
-			values[4] = amounts;
-			values[5] = Int4Array(stripes, nclaimed);
-			if (RpExec(&insert_claims, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING ||
-				SPI_processed != (uint64) nclaimed)
-				elog(ERROR, "could not insert the claims of a batch");
-			for (int i = 0, r = 0; i < n; i++)
-				if (claimed[i])
-				{
-					e[i].out.claim_id = RpGetInt64(r, 1, 0);
-					e[i].out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, 2, &isnull));
-					r++;
-				}
-			RpRememberStripe(&act, ids[m - 1]);
-		}
+		if (!LockSome(act, st, e, n, start, wait_stripe))
+			return RP_TAKE_WAIT;
+		ReadStripes(act, st);
+		CheckHalted(act, st);
 	}
+	if (Decide(act, st, start, e, n, paid_by))
+		return RP_TAKE_OK;
+
+	if (!LockAll(act, st, wait_stripe))
+		return RP_TAKE_GATHER;
+	RpStatsCount(act->id, RP_STAT_GATHER);
+	ReadStripes(act, st);
+	CheckHalted(act, st);		/* a freeze or close may have won the race */
+	if (!Decide(act, st, start, e, n, paid_by))
+		elog(ERROR, "batch could not be decided with every stripe locked");
+	return RP_TAKE_OK;
+}
+
+/* One UPDATE over the stripes touched; unlock the stripes not touched. */
+static int
+WriteStripes(const RpActivity *act, BatchStripes *st)
+{
+	int32	   *ids = palloc(sizeof(int32) * st->n);
+	int64	   *units = palloc(sizeof(int64) * st->n);
+	int32	   *pks = palloc(sizeof(int32) * st->n);
+	int64	   *cls = palloc(sizeof(int64) * st->n);
+	Datum		values[5];
+	int			m = 0;
+
+	for (int s = 0; s < st->n; s++)
+		if (st->take_claims[s] > 0 || st->take_units[s] > 0)
+		{
+			ids[m] = s;
+			units[m] = st->take_units[s];
+			pks[m] = (int32) st->take_packets[s];
+			cls[m] = st->take_claims[s];
+			m++;
+		}
+		else if (st->locked[s])
+			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+	if (m == 0)
+		return m;
+	values[0] = Int64GetDatum(act->id);
+	values[1] = Int4Array(ids, m);
+	values[2] = Int8Array(units, m);
+	values[3] = Int4Array(pks, m);
+	values[4] = Int8Array(cls, m);
+	if (RpExec(&debit_stripes, values, NULL, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != (uint64) m)
+		elog(ERROR, "could not update the stripes of activity " INT64_FORMAT, act->id);
+	RpRememberStripe(act, ids[m - 1]);
+	return m;
+}
+
+/* One INSERT for the claims decided, and every element's answer. */
+static void
+WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
+{
+	bool	   *claimed = palloc0(sizeof(bool) * n);
+	Datum	   *ad = palloc(sizeof(Datum) * n);
+	int32	   *stripes = palloc(sizeof(int32) * n);
+	int			nclaimed = 0;
+	Datum		values[6];
+	bool		isnull;
 
 	for (int i = 0; i < n; i++)
+		if (e[i].out.status == RP_CLAIMED && e[i].dup_of < 0 && !e[i].existing)
+		{
+			claimed[i] = true;
+			ad[nclaimed] = NumericGetDatum(RpUnitsToAmount(e[i].units, act->scale));
+			stripes[nclaimed] = paid_by[i];
+			nclaimed++;
+		}
+	if (nclaimed > 0)
 	{
-		e[i].out.scale = act.scale;
+		values[0] = Int64GetDatum(act->id);
+		values[1] = TextArray(e, n, 0, claimed);
+		values[2] = TextArray(e, n, 1, claimed);
+		values[3] = TextArray(e, n, 2, claimed);
+		values[4] = PointerGetDatum(construct_array(ad, nclaimed, NUMERICOID, -1, false,
+													TYPALIGN_INT));
+		values[5] = Int4Array(stripes, nclaimed);
+		if (RpExec(&insert_claims, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING ||
+			SPI_processed != (uint64) nclaimed)
+			elog(ERROR, "could not insert the claims of a batch");
+	}
+	for (int i = 0, r = 0; i < n; i++)
+	{
+		e[i].out.scale = act->scale;
+		if (claimed[i])
+		{
+			e[i].out.claim_id = RpGetInt64(r, 1, 0);
+			e[i].out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, 2, &isnull));
+			r++;
+		}
 		if (e[i].out.status == RP_CLAIMED)
 			e[i].out.units = e[i].units;
 		else if (e[i].dup_of >= 0)
@@ -668,43 +648,203 @@ retry_locked:
 			e[i].out.claimed_at = w->out.claimed_at;
 		}
 	}
-	if (kept >= 0)
-		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
-	return;
+}
 
-wait:
-	if (kept >= 0)
-		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
-	kept = -1;
-	for (int s = 0; s < st.n; s++)
-		if (st.locked[s])
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
-	for (int i = 0; i < n; i++)
-		if (i == 0 || hashes[i] != hashes[i - 1])
-			RpUnlock(RP_LOCK_USER, activity, hashes[i]);
+/*
+ * One attempt at the whole batch, holding its user locks: read everything,
+ * lock stripes, decide, write.  Returns RP_TAKE_OK when every element has
+ * its answer, or, having written nothing and holding no stripe it took,
+ * RP_TAKE_WAIT / RP_TAKE_GATHER with the busy stripe in *wait_stripe.
+ */
+static RpTakeResult
+BatchAttempt(int64 activity, BatchElem *e, int n, int *wait_stripe)
+{
+	RpActivity	act;
+	BatchStripes st;
+	int		   *paid_by = palloc(sizeof(int) * n);
+	RpTakeResult r;
 
-	/*
-	 * Wait for the stripe holding nothing we took, keep it, and take the
-	 * users' locks again only if they are all free; else wait for the busy
-	 * one instead (holding nothing) and start over.
-	 */
-	(void) RpLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, true);
+	(void) RpFetchActivity(activity, &act, false);
+	ReadHeld(&act, e, n);
+	InitStripes(&st, act.stripes);
+	r = LockAndDecide(&act, &st, e, n, RpStartStripe(&act), paid_by, wait_stripe);
+	if (r != RP_TAKE_OK)
+		return r;
+	(void) WriteStripes(&act, &st);
+	WriteClaims(&act, e, n, paid_by);
+	return RP_TAKE_OK;
+}
+
+/*
+ * The batch's locks on its users.  A batch of at most RP_BATCH_USER_LOCKS
+ * distinct users locks them as single claims do: its buckets in shared mode,
+ * then each user, so concurrent batches of different users do not wait for
+ * each other.  A larger batch locks its buckets exclusively instead (at most
+ * RP_USER_BUCKETS locks whatever its size).  Either way buckets are taken in
+ * bucket order, then users in hash order (rule 2 in locks.c).
+ */
+#define RP_BATCH_USER_LOCKS 128
+
+typedef struct BatchLocks
+{
+	int64		activity;
+	uint32	   *buckets;		/* distinct, ascending */
+	int			nbuckets;
+	uint32	   *users;			/* distinct user hashes, ascending; NULL: exclusive buckets */
+	int			nusers;
+	int			kept;			/* stripe waited for, or -1 */
+	RpActivity	gather;			/* .id != 0 while gathering */
+} BatchLocks;
+
+static LOCKMODE
+BucketMode(const BatchLocks *bl)
+{
+	return bl->users ? RowExclusiveLock : ExclusiveLock;
+}
+
+/* Lock (waiting) or try-lock lock i of the batch: buckets first, then users. */
+static bool
+LockOne(const BatchLocks *bl, int i, bool wait)
+{
+	RpLockKind	kind = i < bl->nbuckets ? RP_LOCK_BUCKET : RP_LOCK_USER;
+	uint32		sub = i < bl->nbuckets ? bl->buckets[i] : bl->users[i - bl->nbuckets];
+	LOCKMODE	mode = i < bl->nbuckets ? BucketMode(bl) : ExclusiveLock;
+
+	if (!wait)
+		return RpLockMode(kind, bl->activity, sub, mode, false);
+	RpWaitLock(kind, bl->activity, sub, mode);
+	return true;
+}
+
+static void
+UnlockUsers(const BatchLocks *bl, int upto)
+{
+	for (int i = upto - 1; i >= 0; i--)
+	{
+		if (i < bl->nbuckets)
+			RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], BucketMode(bl));
+		else
+			RpUnlock(RP_LOCK_USER, bl->activity, bl->users[i - bl->nbuckets]);
+	}
+}
+
+/* Wait for every user lock in order. */
+static void
+LockUsers(const BatchLocks *bl)
+{
+	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
+		(void) LockOne(bl, i, true);
+}
+
+/* Take every user lock only if all are free. */
+static bool
+TryUsers(const BatchLocks *bl)
+{
+	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
+		if (!LockOne(bl, i, false))
+		{
+			UnlockUsers(bl, i);
+			return false;
+		}
+	return true;
+}
+
+static int
+CompareUint32(const void *a, const void *b)
+{
+	uint32		x = *(const uint32 *) a;
+	uint32		y = *(const uint32 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* The distinct buckets (and, for a small batch, users) of the batch. */
+static void
+FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
+{
+	bool		used[RP_USER_BUCKETS] = {false};
+	uint32	   *hashes = palloc(sizeof(uint32) * n);
+	int			m = 0;
+
+	bl->buckets = palloc(sizeof(uint32) * RP_USER_BUCKETS);
+	bl->nbuckets = 0;
 	for (int i = 0; i < n; i++)
 	{
-		if (i > 0 && hashes[i] == hashes[i - 1])
-			continue;
-		if (!RpLock(RP_LOCK_USER, activity, hashes[i], false))
+		used[e[i].user_hash % RP_USER_BUCKETS] = true;
+		hashes[i] = e[i].user_hash;
+	}
+	for (uint32 b = 0; b < RP_USER_BUCKETS; b++)
+		if (used[b])
+			bl->buckets[bl->nbuckets++] = b;
+
+	qsort(hashes, n, sizeof(uint32), CompareUint32);
+	for (int i = 0; i < n; i++)
+		if (i == 0 || hashes[i] != hashes[i - 1])
+			hashes[m++] = hashes[i];
+	bl->users = m <= RP_BATCH_USER_LOCKS ? hashes : NULL;
+	bl->nusers = bl->users ? m : 0;
+}
+
+/*
+ * The batch in as many attempts as it takes, by the protocol in locks.c:
+ * after a busy stripe, wait for it holding nothing of ours, keep it, and
+ * take the user locks only if they are free; when every stripe is needed,
+ * gather (unless this transaction holds locks of earlier claims).
+ */
+static void
+ClaimBatch(int64 activity, BatchElem *e, int n)
+{
+	BatchLocks	bl;
+	int			wait_stripe;
+	RpTakeResult took;
+
+	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
+	bl.activity = activity;
+	bl.kept = -1;
+	bl.gather.id = 0;
+	FindUserLocks(&bl, e, n);
+	FindRoots(e, n, true);
+	FindRoots(e, n, false);
+
+	for (;;)
+	{
+		if (bl.kept >= 0 && !TryUsers(&bl))
 		{
-			while (--i >= 0)
-				if (i == 0 || hashes[i] != hashes[i - 1])
-					RpUnlock(RP_LOCK_USER, activity, hashes[i]);
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe);
-			kept = -1;
-			goto retry;
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) bl.kept);
+			bl.kept = -1;
+		}
+		if (bl.kept < 0 && bl.gather.id == 0)
+			LockUsers(&bl);
+
+		took = BatchAttempt(activity, e, n, &wait_stripe);
+
+		if (bl.kept >= 0)
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) bl.kept);
+		bl.kept = -1;
+		if (bl.gather.id != 0)
+			RpGatherEnd(&bl.gather);
+		bl.gather.id = 0;
+		if (took == RP_TAKE_OK)
+			break;
+
+		UnlockUsers(&bl, bl.nbuckets + bl.nusers);
+		RpStatsCount(activity, RP_STAT_WAIT);
+		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
+			RpActivityMeta(activity, &bl.gather))
+		{
+			RpGatherBegin(&bl.gather);
+			LockUsers(&bl);
+		}
+		else
+		{
+			bl.gather.id = 0;
+			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
+			bl.kept = wait_stripe;
 		}
 	}
-	kept = wait_stripe;
-	goto retry_locked;
+	RpNoteHeld(activity);
+	for (int i = 0; i < n; i++)
+		RpStatsCount(activity, e[i].out.status);
 }
 
 /* Deconstruct an optional array argument, checking its length. */
@@ -736,6 +876,59 @@ BatchArray(FunctionCallInfo fcinfo, int argno, Oid elemtype, int nelems,
 				 errdetail("The arrays of one batch must have the same length.")));
 }
 
+/*
+ * Validate every element and fill in what the attempts need; bad input is
+ * an error before anything is locked or written.
+ */
+static void
+BatchElems(int64 activity, const Datum *users, const Datum *amounts, const bool *amount_nulls,
+		   const Datum *requests, const bool *request_nulls, BatchElem *e, int n)
+{
+	RpActivity	act;
+
+	for (int i = 0; i < n; i++)
+	{
+		e[i].user = DatumGetTextPP(users[i]);
+		e[i].request = (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]);
+		RpCheckUserId(e[i].user);
+		RpCheckRequestId(e[i].request);
+	}
+	/* amounts need the activity's scale; RpFetchActivity raises P0002 */
+	(void) RpFetchActivity(activity, &act, false);
+	for (int i = 0; i < n; i++)
+	{
+		if (amounts != NULL && !amount_nulls[i])
+			e[i].asked = RpAmountToUnits(DatumGetNumeric(amounts[i]), act.scale, "amount");
+		else if (act.packets == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("amounts[%d] must be given for activity " INT64_FORMAT, i + 1, activity),
+					 errdetail("A lucky draw (amount NULL) needs an activity created with packets.")));
+		else
+			e[i].asked = 0;
+		if (act.per_user_limit > 1 && e[i].request == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("request_ids[%d] is required for activity " INT64_FORMAT, i + 1, activity),
+					 errdetail("The activity allows %d claims per user, so each claim is identified by its request_id.",
+							   act.per_user_limit)));
+		e[i].key = act.per_user_limit == 1 ? cstring_to_text("") : e[i].request;
+		e[i].user_hash = RpUserHash(e[i].user);
+	}
+}
+
+/* Every element through the single-claim path (REPEATABLE READ, SERIALIZABLE). */
+static void
+ClaimEach(int64 activity, const Datum *users, const Datum *amounts, const bool *amount_nulls,
+		  const Datum *requests, const bool *request_nulls, BatchElem *e, int n)
+{
+	for (int i = 0; i < n; i++)
+		RpClaimOne(activity, DatumGetTextPP(users[i]),
+				   (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]),
+				   (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]),
+				   &e[i].out);
+}
+
 Datum
 rp_claim_batch(PG_FUNCTION_ARGS)
 {
@@ -758,8 +951,9 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	statustype = TupleDescAttr(rsinfo->setDesc, 2)->atttypid;
 
-	BatchArray(fcinfo, 1, TEXTOID, -1, "user_ids", &users, &user_nulls);
 	n = ArrayGetNItems(ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)), ARR_DIMS(PG_GETARG_ARRAYTYPE_P(1)));
+	RpCheckBatchSize(n);
+	BatchArray(fcinfo, 1, TEXTOID, -1, "user_ids", &users, &user_nulls);
 	BatchArray(fcinfo, 2, NUMERICOID, n, "amounts", &amounts, &amount_nulls);
 	BatchArray(fcinfo, 3, TEXTOID, n, "request_ids", &requests, &request_nulls);
 
@@ -770,42 +964,27 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("user_ids[%d] must not be NULL", i + 1)));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	if (IsolationUsesXactSnapshot())
+	PG_TRY();
 	{
-		for (int i = 0; i < n; i++)
-			RpClaimOne(activity, DatumGetTextPP(users[i]),
-					   (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]),
-					   (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]),
-					   &e[i].out);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (IsolationUsesXactSnapshot())
+			ClaimEach(activity, users, amounts, amount_nulls, requests, request_nulls, e, n);
+		else if (n > 0)
+		{
+			BatchElems(activity, users, amounts, amount_nulls, requests, request_nulls, e, n);
+			ClaimBatch(activity, e, n);
+		}
+		else
+			(void) RpFetchActivity(activity, &(RpActivity) {0}, false);
+		SPI_finish();
 	}
-	else if (n > 0)
+	PG_CATCH();
 	{
-		RpActivity	act;
-
-		/* amounts need the activity's scale; RpFetchActivity raises P0002 */
-		for (int i = 0; i < n; i++)
-		{
-			RpCheckUserId(DatumGetTextPP(users[i]));
-			if (requests != NULL && !request_nulls[i])
-				RpCheckRequestId(DatumGetTextPP(requests[i]));
-		}
-		(void) RpFetchActivity(activity, &act, false);
-		for (int i = 0; i < n; i++)
-		{
-			e[i].user = DatumGetTextPP(users[i]);
-			e[i].request = (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]);
-			e[i].units = (amounts == NULL || amount_nulls[i]) ? -1
-				: RpAmountToUnits(DatumGetNumeric(amounts[i]), act.scale, "amount");
-		}
-		ClaimBatch(activity, e, n);
+		RpStatsCount(activity, RP_STAT_ERROR);
+		PG_RE_THROW();
 	}
-	else
-		(void) RpFetchActivity(activity, &(RpActivity) {0}, false);
-
-	SPI_finish();
+	PG_END_TRY();
 
 	for (int i = 0; i < n; i++)
 	{

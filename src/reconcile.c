@@ -922,6 +922,9 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 				 errhint("Run the pass after redpacket.rp_post_restore().")));
 		return -1;
 	}
+	/* on a Citus cluster, refuse before any lock: see scaleout.c */
+	if (activity != NULL)
+		RpRequireLocalActivity(*activity);
 	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
 		return -1;
 
@@ -945,7 +948,8 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 	{
 		RpActivity	act;
 
-		if (!RpFetchActivity(ids[i], &act, true))
+		/* on a Citus cluster each node checks the activities it holds */
+		if (!RpActivityIsLocal(ids[i]) || !RpFetchActivity(ids[i], &act, true))
 			continue;
 		if (kept_in_xact > 0 && kept_in_xact + act.stripes > RP_PASS_LOCK_BUDGET)
 			break;
@@ -1038,7 +1042,7 @@ WorkerOne(void *arg)
 	RpWorkerState *w = arg;
 
 	w->go = WorkerMayAct();
-	if (!w->go)
+	if (!w->go || !RpActivityIsLocal(w->ids[w->next]))
 		return;
 	pgstat_report_activity(STATE_RUNNING, "redpacket reconciliation pass");
 	if (!ReconcileGuarded(w->ids[w->next], w->full[w->next], &w->pass))

@@ -20,6 +20,7 @@ char	   *rp_database = NULL;
 bool		rp_freeze_on_mismatch = true;
 bool		rp_restoring = false;
 int			rp_full_check_interval = RP_DEFAULT_FULL_CHECK_INTERVAL;
+bool		rp_allow_drop = false;
 int			rp_max_workers = RP_DEFAULT_MAX_WORKERS;
 
 void		_PG_init(void);
@@ -64,6 +65,13 @@ _PG_init(void)
 							 "Pause every reconciliation pass in this session or database.",
 							 "Set by redpacket.rp_pre_restore() for the database while a dump is restored; rp_post_restore() clears it.",
 							 &rp_restoring,
+							 false,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("redpacket.allow_drop",
+							 "Allow DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE) while claims or ledger entries exist.",
+							 "Off by default: the drop guard refuses a command that would delete money records.",
+							 &rp_allow_drop,
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 

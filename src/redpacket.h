@@ -52,6 +52,7 @@ extern char *rp_database;
 extern bool rp_freeze_on_mismatch;
 extern bool rp_restoring;
 extern int	rp_full_check_interval;
+extern bool rp_allow_drop;
 extern bool rp_track_stats;
 extern int	rp_stats_max_activities;
 extern int	rp_max_workers;
@@ -66,11 +67,16 @@ typedef enum RpLockKind
 {
 	RP_LOCK_STRIPE = 0x5201,	/* one stripe of one activity */
 	RP_LOCK_USER = 0x5202,		/* one (activity, user) pair, hashed */
-	RP_LOCK_RECONCILE = 0x5203	/* the single reconciliation pass */
+	RP_LOCK_RECONCILE = 0x5203,	/* the single reconciliation pass */
+	RP_LOCK_BUCKET = 0x5204,	/* a bucket of an activity's users (batches) */
+	RP_LOCK_GATHER = 0x5205		/* one claim or batch waits for every stripe */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
 extern void RpUnlock(RpLockKind kind, int64 activity, uint32 sub);
+extern bool RpLockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode,
+					   bool wait);
+extern void RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
 /* money.c: numeric <-> integer minor units, no float anywhere */
 extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
@@ -115,10 +121,52 @@ typedef struct RpActivity
 extern void RpActivityFromRow(int64 id, RpActivity *act);
 extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
 extern bool RpActivityMeta(int64 id, RpActivity *act);
-extern void RpNoNull(bool isnull, const char *what);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
 extern void RpCheckStripeRows(const RpActivity *act);
+
+/* args.c: argument checks shared by the SQL entry points */
+#define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */
+extern void RpNoNull(bool isnull, const char *what);
+extern void RpCheckUserId(text *user_id);
+extern void RpCheckRequestId(text *request_id);
+extern void RpCheckBatchSize(int n);
+
+/*
+ * alloc.c: the allocator, a pure function.  balance and packets are what is
+ * left in each stripe (packets 0 when the activity does not count them);
+ * visible marks the stripes the caller holds (NULL: all of them); units is
+ * the fixed amount, or 0 for a lucky draw, drawn by draw(balance, packets).
+ * On RP_PLAN_PAID, take[s] is what stripe s pays (take has n entries, owned
+ * by the caller) and primary the stripe that counts the packet and claim.
+ */
+typedef enum RpPlanResult
+{
+	RP_PLAN_PAID,
+	RP_PLAN_NEED_ALL,			/* the stripes held cannot pay: hold them all */
+	RP_PLAN_EXHAUSTED			/* every stripe held, and they cannot pay */
+} RpPlanResult;
+
+typedef struct RpPlanIn
+{
+	int			n;
+	const int64 *balance;
+	const int64 *packets;
+	const bool *visible;
+	bool		capped;			/* the activity counts packets */
+	int			start;			/* first stripe to look at */
+	int64		units;
+	int64		(*draw) (int64 balance, int64 packets);
+} RpPlanIn;
+
+typedef struct RpPlanOut
+{
+	int			primary;
+	int64		units;
+	int64	   *take;
+} RpPlanOut;
+
+extern RpPlanResult RpPlanClaim(const RpPlanIn *in, RpPlanOut *out);
 
 /* stripe.c: picking, decrementing and gathering stripes of one activity */
 typedef enum RpTakeResult
@@ -128,7 +176,8 @@ typedef enum RpTakeResult
 	RP_TAKE_FROZEN,				/* frozen since the activity was read */
 	RP_TAKE_ENDED,				/* closed since the activity was read */
 	RP_TAKE_DIVERT,				/* fast path gave up: use the careful path */
-	RP_TAKE_WAIT				/* stripe *stripe is busy: wait for it, then retry */
+	RP_TAKE_WAIT,				/* stripe *stripe is busy: wait for it, then retry */
+	RP_TAKE_GATHER				/* needs every stripe, *stripe is busy: gather */
 } RpTakeResult;
 
 /*
@@ -152,6 +201,17 @@ extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 extern int64 RpDrawUnits(int64 balance, int64 packets);
+
+/* locks.c: the claim paths' locking protocol (see the comment there) */
+#define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
+extern uint32 RpUserHash(text *user_id);
+extern bool RpLockUser(int64 activity, uint32 user_hash, bool wait);
+extern void RpUnlockUser(int64 activity, uint32 user_hash);
+extern void RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
+extern void RpGatherBegin(const RpActivity *act);
+extern void RpGatherEnd(const RpActivity *act);
+extern bool RpHeldEarlier(int64 activity);
+extern void RpNoteHeld(int64 activity);
 
 /* claim.c: one claim, and its outcome as SQL columns */
 typedef enum RpStatus			/* same order as the SQL enum claim_status */
@@ -177,9 +237,6 @@ typedef struct RpOutcome
 
 extern void RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 					   RpOutcome *out);
-extern void RpCheckUserId(text *user_id);
-extern void RpCheckRequestId(text *request_id);
-extern uint32 RpUserHash(text *user_id);
 extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
@@ -203,6 +260,12 @@ extern void RpStatsCount(int64 activity, int event);
 extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out,
 							TupleDesc outdesc);
 extern void RpWorkerPass(void);
+
+/* scaleout.c: on a Citus cluster, is the activity held by this node? */
+extern bool RpDistributed(void);
+extern bool RpActivityIsLocal(int64 activity);
+extern bool RpActivityPlacement(int64 activity, char **where);
+extern void RpRequireLocalActivity(int64 activity);
 
 /* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);

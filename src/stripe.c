@@ -1,14 +1,13 @@
 /*
  * stripe.c
- *		Taking money from an activity's stripes (sub-balances).  A claim first
- *		tries stripes one by one with a non-blocking lock, starting from a
- *		per-backend spread so that concurrent claimers land on different rows,
- *		and waits only when every stripe it tried was busy.  When the stripe it
- *		holds cannot cover the claim, it locks every stripe (never waiting
- *		while holding what it took, so gatherers do not deadlock) and takes
- *		the amount from several: an activity is exhausted only when all its
- *		stripes together cannot pay.
- *		Lucky draws use the double-mean method within one stripe.
+ *		Taking one claim's money from an activity's stripes (sub-balances).
+ *		A claim first tries stripes one by one with a non-blocking lock,
+ *		starting from a per-backend spread so that concurrent claimers land
+ *		on different rows, and asks to wait only when every stripe it tried
+ *		was busy.  When the stripes it tried cannot pay, it locks every stripe
+ *		and lets the allocator (alloc.c) decide over the whole activity: an
+ *		activity is exhausted only when all its stripes together cannot pay.
+ *		The waiting itself is the caller's (claim.c, locks.c).
  */
 #include "postgres.h"
 
@@ -30,9 +29,12 @@
  */
 static RpPlan take_fixed = {
 	"UPDATE redpacket.stripe"
-	"   SET balance = balance - $3, packets = packets - 1, claims = claims + 1"
-	" WHERE activity_id = $1 AND stripe = $2 AND balance >= $3"
-	"   AND (packets IS NULL OR packets > 0) AND NOT halted",
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
+	"       packets = packets OPERATOR(pg_catalog.-) 1,"
+	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2"
+	"   AND balance OPERATOR(pg_catalog.>=) $3"
+	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted",
 	3, {INT8OID, INT4OID, INT8OID}
 };
 
@@ -47,16 +49,21 @@ static RpPlan take_fixed = {
 #define TAKE_AND_CLAIM(limit_check) \
 	"WITH t AS (" \
 	"  UPDATE redpacket.stripe s" \
-	"     SET balance = s.balance - $3, packets = s.packets - 1, claims = s.claims + 1" \
-	"   WHERE s.activity_id = $1 AND s.stripe = $2 AND s.balance >= $3" \
-	"     AND (s.packets IS NULL OR s.packets > 0) AND NOT s.halted" \
-	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c WHERE c.activity_id = $1" \
-	"                      AND c.user_id = $4 AND c.idempotency_key = $6)" \
+	"     SET balance = s.balance OPERATOR(pg_catalog.-) $3," \
+	"         packets = s.packets OPERATOR(pg_catalog.-) 1," \
+	"         claims = s.claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
+	"   WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2" \
+	"     AND s.balance OPERATOR(pg_catalog.>=) $3" \
+	"     AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0) AND NOT s.halted" \
+	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c" \
+	"                      WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                        AND c.user_id OPERATOR(pg_catalog.=) $4" \
+	"                        AND c.idempotency_key OPERATOR(pg_catalog.=) $6)" \
 	limit_check \
 	"  RETURNING s.stripe)" \
 	" INSERT INTO redpacket.claim" \
 	"        (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)" \
-	" SELECT $1, $4, $5, $6, $7, t.stripe, now() FROM t" \
+	" SELECT $1, $4, $5, $6, $7, t.stripe, pg_catalog.now() FROM t" \
 	" RETURNING claim_id, claimed_at"
 
 /* one claim per user: the duplicate check is the limit check */
@@ -66,33 +73,39 @@ static RpPlan take_and_claim = {
 };
 
 static RpPlan take_and_claim_limited = {
-	TAKE_AND_CLAIM("     AND (SELECT count(*) FROM redpacket.claim c"
-				   "           WHERE c.activity_id = $1 AND c.user_id = $4) < $8"),
+	TAKE_AND_CLAIM("     AND (SELECT pg_catalog.count(*) FROM redpacket.claim c"
+				   "           WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+				   "             AND c.user_id OPERATOR(pg_catalog.=) $4)"
+				   "         OPERATOR(pg_catalog.<) $8"),
 	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
 };
 
 static RpPlan read_stripe = {
 	"SELECT s.balance, s.packets FROM redpacket.stripe s"
-	" WHERE s.activity_id = $1 AND s.stripe = $2 AND NOT s.halted",
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2"
+	"   AND NOT s.halted",
 	2, {INT8OID, INT4OID}
 };
 
 static RpPlan read_all = {
 	"SELECT s.stripe, s.balance, coalesce(s.packets, 0)"
-	"  FROM redpacket.stripe s WHERE s.activity_id = $1 ORDER BY s.stripe",
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
+	" ORDER BY s.stripe",
 	1, {INT8OID}
 };
 
 static RpPlan read_halt = {
 	"SELECT a.frozen_reason IS NOT NULL, a.closed_at IS NOT NULL"
-	"  FROM redpacket.activity a WHERE a.id = $1",
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}
 };
 
 static RpPlan debit = {
 	"UPDATE redpacket.stripe"
-	"   SET balance = balance - $3, packets = packets - $4, claims = claims + $5"
-	" WHERE activity_id = $1 AND stripe = $2",
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
+	"       packets = packets OPERATOR(pg_catalog.-) $4,"
+	"       claims = claims OPERATOR(pg_catalog.+) $5"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2",
 	5, {INT8OID, INT4OID, INT8OID, INT4OID, INT8OID}
 };
 
@@ -207,15 +220,61 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 }
 
 /*
+ * The allocator's answer for the stripes whose balances and packets are
+ * given, over the stripes visible (NULL: all).  *units is the fixed amount,
+ * or 0 for a lucky draw.
+ */
+static RpPlanResult
+PlanStripes(const RpActivity *act, const int64 *balance, const int64 *packets,
+	 const bool *visible, int start, int64 units, RpPlanOut *out)
+{
+	RpPlanIn	in;
+
+	in.n = act->stripes;
+	in.balance = balance;
+	in.packets = packets;
+	in.visible = visible;
+	in.capped = act->packets != 0;
+	in.start = start;
+	in.units = units;
+	in.draw = RpDrawUnits;
+	out->take = palloc(sizeof(int64) * act->stripes);
+	return RpPlanClaim(&in, out);
+}
+
+/*
+ * Write a plan: debit every stripe that pays (the primary also counts the
+ * packet and the claim), and unlock the stripes it does not write.
+ */
+static void
+DebitPlan(const RpActivity *act, const RpPlanOut *plan)
+{
+	for (int s = 0; s < act->stripes; s++)
+	{
+		if (plan->take[s] == 0 && s != plan->primary)
+		{
+			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+			continue;
+		}
+		Debit(act, s, plan->take[s], (act->packets != 0 && s == plan->primary) ? 1 : 0,
+			  s == plan->primary ? 1 : 0);
+	}
+}
+
+/*
  * Try to take the claim from one stripe whose lock we hold.  *units is the
- * fixed amount, or 0 for a lucky draw (then set to the drawn amount).
+ * fixed amount, or 0 for a lucky draw (then set to the drawn amount).  A
+ * fixed amount is the allocator's rule 1 for one stripe, written as one
+ * conditional UPDATE.
  */
 static RpTry
 TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 {
 	Datum		values[3];
-	int64		balance;
-	int64		packets;
+	int64	   *balance;
+	int64	   *packets;
+	bool	   *visible;
+	RpPlanOut	plan;
 
 	if (fast)
 		return TryFast(act, stripe, *units, fast);
@@ -235,24 +294,22 @@ TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
 		elog(ERROR, "could not read stripe %d", stripe);
 	if (SPI_processed != 1)
 		return RP_TRY_SHORT;
-	balance = RpGetInt64(0, 1, 0);
-	packets = RpGetInt64(0, 2, 0);
-	if (packets < 1 || balance < 1)
+	balance = palloc0(sizeof(int64) * act->stripes);
+	packets = palloc0(sizeof(int64) * act->stripes);
+	visible = palloc0(sizeof(bool) * act->stripes);
+	balance[stripe] = RpGetInt64(0, 1, 0);
+	packets[stripe] = RpGetInt64(0, 2, 0);
+	visible[stripe] = true;
+	if (PlanStripes(act, balance, packets, visible, stripe, 0, &plan) != RP_PLAN_PAID)
 		return RP_TRY_SHORT;
-	*units = RpDrawUnits(balance, packets);
+	*units = plan.units;
 	Debit(act, stripe, *units, 1, 1);
 	return RP_TRY_TOOK;
 }
 
 /*
- * Deadlock avoidance.  A transaction that made a claim keeps that stripe's
- * lock (and its user's) to the end, so lock order alone cannot prevent
- * cycles.  Instead a claim never waits while holding a lock it took itself:
- * when the stripe it needs is busy, it gives back what it took (its user's
- * lock included), waits for that stripe to be free, and starts over.  Only
- * locks left by the transaction's earlier claims are held while waiting, so
- * a cycle needs two transactions that each made earlier claims and now need
- * each other's stripe; the deadlock detector then fails one of them.
+ * Deadlock avoidance: see locks.c.  A claim never waits while holding a
+ * lock it took itself, except as a gatherer.
  */
 
 /* Try to lock every stripe, in order; on a busy one give back what was taken. */
@@ -273,10 +330,10 @@ RpTryLockAllStripes(const RpActivity *act, int *busy)
 }
 
 /*
- * Lock every stripe, in stripe order, waiting for each: for close, freeze
- * and reconciliation, which hold no user lock.  The lock queue is fair, so
- * under a steady stream of claims they are served in turn; giving back and
- * retrying as claims do could starve them.
+ * Lock every stripe, in stripe order, waiting for each: for gatherers,
+ * close, freeze and reconciliation.  The lock queue is fair, so under a
+ * steady stream of claims they are served in turn; giving back and
+ * retrying could starve them.
  */
 void
 RpLockAllStripes(const RpActivity *act)
@@ -286,16 +343,17 @@ RpLockAllStripes(const RpActivity *act)
 }
 
 static void
-UnlockStripesExcept(const RpActivity *act, const bool *keep)
+UnlockAll(const RpActivity *act)
 {
 	for (int s = 0; s < act->stripes; s++)
-		if (!keep[s])
-			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
 }
 
 /*
- * Slow path: with every stripe locked, look at the whole activity.  The
- * stripes we end up not writing are unlocked again before returning.
+ * Slow path: with every stripe locked, the allocator looks at the whole
+ * activity.  The stripes not written are unlocked again before returning.
+ * When a stripe is busy nothing is held or written, and the caller gathers
+ * (RP_TAKE_GATHER, *stripe the busy one).
  */
 static RpTakeResult
 GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
@@ -303,34 +361,26 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 	int			n = act->stripes;
 	int64	   *balance = palloc(sizeof(int64) * n);
 	int64	   *packets = palloc(sizeof(int64) * n);
-	int64	   *take = palloc0(sizeof(int64) * n);
-	bool	   *keep = palloc0(sizeof(bool) * n);
-	int64		total_balance = 0;
-	int			primary = -1;
 	Datum		id = Int64GetDatum(act->id);
 	bool		isnull;
-	RpTakeResult result;
+	RpPlanOut	plan;
 	int			busy;
 
 	if (!RpTryLockAllStripes(act, &busy))
 	{
 		*stripe = busy;
-		return RP_TAKE_WAIT;
+		return RP_TAKE_GATHER;
 	}
 
 	/* A freeze or close may have committed since the activity was read. */
 	if (RpExec(&read_halt, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "activity " INT64_FORMAT " disappeared", act->id);
-	if (DatumGetBool(RpGetDatum(0, 1, &isnull)))
-		result = RP_TAKE_FROZEN;
-	else if (DatumGetBool(RpGetDatum(0, 2, &isnull)))
-		result = RP_TAKE_ENDED;
-	else
-		result = RP_TAKE_EXHAUSTED;
-	if (result != RP_TAKE_EXHAUSTED)
+	if (DatumGetBool(RpGetDatum(0, 1, &isnull)) || DatumGetBool(RpGetDatum(0, 2, &isnull)))
 	{
-		UnlockStripesExcept(act, keep);
-		return result;
+		bool		frozen = DatumGetBool(RpGetDatum(0, 1, &isnull));
+
+		UnlockAll(act);
+		return frozen ? RP_TAKE_FROZEN : RP_TAKE_ENDED;
 	}
 
 	if (RpExec(&read_all, &id, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) n)
@@ -340,82 +390,17 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
 	{
 		balance[i] = RpGetInt64(i, 2, 0);
 		packets[i] = RpGetInt64(i, 3, 0);
-		total_balance += balance[i];
 	}
-
-	/*
-	 * The packet (and the claim count) goes to the first able stripe; a
-	 * lucky draw also needs money in it.
-	 */
-	for (int i = 0; i < n && primary < 0; i++)
+	RpStatsCount(act->id, RP_STAT_GATHER);
+	if (PlanStripes(act, balance, packets, NULL, start, *units, &plan) != RP_PLAN_PAID)
 	{
-		int			s = (start + i) % n;
-
-		if (act->packets == 0 ? balance[s] > 0
-			: packets[s] > 0 && (*units > 0 || balance[s] > 0))
-			primary = s;
-	}
-
-	if (*units == 0)
-	{
-		/* lucky draw: stays within one stripe that still has packets */
-		if (primary >= 0)
-		{
-			*units = RpDrawUnits(balance[primary], packets[primary]);
-			take[primary] = *units;
-		}
-	}
-	else if (primary >= 0 && total_balance >= *units)
-	{
-		int64		left = *units;
-
-		/* prefer one stripe that covers it all, else largest first */
-		if (balance[primary] < left)
-		{
-			for (int s = 0; s < n; s++)
-				if (balance[s] >= left && (act->packets == 0 || packets[s] > 0))
-				{
-					primary = s;
-					break;
-				}
-		}
-		take[primary] = Min(balance[primary], left);
-		left -= take[primary];
-		while (left > 0)
-		{
-			int			best = -1;
-			int64		more;
-
-			for (int s = 0; s < n; s++)
-				if (take[s] < balance[s] &&
-					(best < 0 || balance[s] - take[s] > balance[best] - take[best]))
-					best = s;
-			Assert(best >= 0);
-			more = Min(balance[best] - take[best], left);
-			take[best] += more;
-			left -= more;
-		}
-	}
-	else
-		primary = -1;
-
-	if (primary < 0)
-	{
-		UnlockStripesExcept(act, keep);
+		UnlockAll(act);
 		return RP_TAKE_EXHAUSTED;
 	}
-
-	for (int s = 0; s < n; s++)
-	{
-		if (take[s] == 0 && s != primary)
-			continue;
-		Debit(act, s, take[s], (act->packets != 0 && s == primary) ? 1 : 0,
-			  s == primary ? 1 : 0);
-		keep[s] = true;
-	}
-	UnlockStripesExcept(act, keep);
-	*stripe = primary;
-	RpRememberStripe(act, primary);
+	DebitPlan(act, &plan);
+	*units = plan.units;
+	*stripe = plan.primary;
+	RpRememberStripe(act, plan.primary);
 	return RP_TAKE_OK;
 }
 
@@ -425,7 +410,8 @@ GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
  * *stripe is the stripe that paid, and its lock is held to the end of the
  * transaction.  RP_TAKE_WAIT means stripe *stripe was busy and nothing is
  * held or written: the caller lets go of its own locks, waits for that
- * stripe and tries again (RpClaimOne).
+ * stripe and tries again (RpClaimOne); RP_TAKE_GATHER means the claim needs
+ * every stripe and *stripe was busy: the caller gathers (locks.c).
  *
  * With fast set (fixed amounts, READ COMMITTED), one attempt on the first
  * stripe we can lock also checks for a duplicate, a halt or the user's limit
@@ -442,6 +428,7 @@ RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
 	RpTry		r;
 
 	Assert(fast == NULL || *units > 0);
+
 
 	for (int i = 0; i < n && failed < RP_FAST_PROBES; i++)
 	{

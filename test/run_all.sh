@@ -4,8 +4,9 @@
 #   2. a copy of the tree (without .git) in a fresh temporary directory, owned
 #      by postgres when run as root (initdb refuses root, and the clone may sit
 #      where postgres cannot read), else by the calling user;
-#   3. there, `make installcheck` one suite at a time (pg_regress, isolation,
-#      TAP; each starts its own temporary instance), then the concurrency
+#   3. there, the allocator's own tests (`make alloc-test`), then `make
+#      installcheck` one suite at a time (pg_regress, isolation, TAP; each
+#      starts its own temporary instance), then the concurrency
 #      stress run (test/stress/run.sh);
 #   4. diffs and logs of whatever failed, and a last line "N passed, M failed"
 #      counting suites.  Exits non-zero when any suite failed.
@@ -57,6 +58,13 @@ elif ! bash "$ROOT/test/setup.sh"; then
     exit 1
 fi
 
+# Citus for the scale-out TAP test (test/t/201_citus.pl skips without it):
+# built once from CITUS_SRC and cached in test/citus/build/.
+if ! bash "$ROOT/test/citus/build.sh"; then
+    failed=$((failed + 1))
+    failed_names+=(citus-build)
+fi
+
 # 2. The copy, and who runs the tests ----------------------------------------
 if [ "$(id -u)" -eq 0 ]; then
     if ! id postgres >/dev/null 2>&1; then
@@ -74,7 +82,8 @@ else
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-test.XXXXXX")
 tar -C "$ROOT" --exclude=./.git --exclude=./tmp_check --exclude=./tmp_check_iso \
-    --exclude=./results --exclude=./test/output_iso --exclude=./log -cf - . |
+    --exclude=./results --exclude=./test/output_iso --exclude=./log \
+    --exclude=./test/citus/build -cf - . |
     tar -C "$WORK" -xf -
 chmod 755 "$WORK"
 [ "$(id -u)" -ne 0 ] || chown -R postgres: "$WORK"
@@ -142,6 +151,7 @@ MAKE_ARGS=(PG_CONFIG="$PG_CONFIG")
 # 3. The suites -----------------------------------------------------------------
 # `make installcheck` runs pg_regress, isolation and TAP in one go and stops at
 # the first that fails; one suite per call runs (and counts) each of them.
+suite allocator 5m diag_none make alloc-test "${MAKE_ARGS[@]}"
 if compgen -G "$WORK/sql/*.sql" | grep -qv '/redpacket--'; then
     suite regress 10m diag_regress make installcheck "${MAKE_ARGS[@]}" ISOLATION= TAP_TESTS=
 else

@@ -1,9 +1,9 @@
 \set ECHO none
 -- Helpers shared by the regression tests.  A test includes this file near its
 -- top with
---     \i sql/include/helpers.sql
--- (pg_regress feeds each test to psql on stdin from the repository root, so
--- the path is relative to the root).  It is not a test itself: the Makefile
+--     \getenv abs_srcdir PG_ABS_SRCDIR
+--     \i :abs_srcdir/sql/include/helpers.sql
+-- as PostgreSQL's own tests do (pg_regress sets PG_ABS_SRCDIR).  It is not a test itself: the Makefile
 -- runs only sql/*.sql.  Echo is off while it runs, so the expected outputs
 -- show the include line and not these definitions; any error still shows.
 -- The last line turns echo back on, as pg_regress runs psql -a.
@@ -65,36 +65,15 @@ BEGIN
     RETURN 'duplicate of ' || coalesce((SELECT shown FROM seen s WHERE s.claim_id = r.claim_id), 'an unseen claim');
 END $$;
 
--- The books of one activity: claims + stripe balances + returned = funded = total;
--- claims + stripe packets = packets while open (settlement zeroes the packets).
+-- The books of one activity (the view rp_books, test/sql/books.sql).
+\i :abs_srcdir/test/sql/books.sql
 CREATE FUNCTION pg_temp.books(aid bigint)
 RETURNS TABLE (claims bigint, claimed numeric, remaining numeric, remaining_packets numeric,
                returned numeric, balanced boolean)
 LANGUAGE sql AS $$
-SELECT c.n,
-       round(c.s, a.scale),
-       round(st.b / 10::numeric ^ a.scale, a.scale),
-       st.p,
-       round(l.ret, a.scale),
-       c.s + st.b / 10::numeric ^ a.scale + l.ret = a.total
-         AND l.fund = a.total
-         AND c.whole
-         AND (a.packets IS NULL OR c.n + st.p = a.packets
-              OR (a.closed_at IS NOT NULL AND st.p = 0 AND c.n <= a.packets))
-FROM redpacket.activity a
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n, coalesce(sum(cl.amount), 0) AS s,
-           coalesce(bool_and(cl.amount * 10::numeric ^ a.scale
-                             = trunc(cl.amount * 10::numeric ^ a.scale)), true) AS whole
-    FROM redpacket.claim cl WHERE cl.activity_id = a.id) c
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(s.balance), 0)::numeric AS b, sum(s.packets) AS p
-    FROM redpacket.stripe s WHERE s.activity_id = a.id) st
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(le.amount) FILTER (WHERE le.kind = 'return'), 0) AS ret,
-           coalesce(sum(le.amount) FILTER (WHERE le.kind = 'fund'), 0) AS fund
-    FROM redpacket.ledger le WHERE le.activity_id = a.id) l
-WHERE a.id = aid
+SELECT b.n_claims, round(b.claimed, b.scale), round(b.remaining, b.scale), b.packets_left,
+       round(b.returned, b.scale), b.balanced
+FROM rp_books b WHERE b.id = aid
 $$;
 
 \set ECHO all

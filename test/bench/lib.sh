@@ -1,22 +1,18 @@
 # shellcheck shell=bash
-# Sourced by test/bench/run.sh and test/bench/reconcile_cost.sh: a throwaway
-# PostgreSQL 15 cluster with redpacket preloaded and durable settings, living
-# in one mktemp directory (data, unix socket, server log, pgbench logs) that is
-# removed on exit, plus the root-to-postgres hand-over (initdb refuses root).
-#
-# After bench_cluster_start: PGHOST (the socket directory), PGPORT, PGDATABASE
-# and PGUSER are exported, so psql and pgbench need no connection options.
+# Sourced by test/bench/run.sh and test/bench/reconcile_cost.sh: the throwaway
+# cluster of test/lib/cluster.sh with durable settings (BENCH_DIR is its
+# directory, which also holds the pgbench logs), plus the root-to-postgres
+# hand-over that copies the results back (initdb refuses root).
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-if [ ! -x "$PG_CONFIG" ]; then
-    PG_CONFIG=$(command -v pg_config || true)
-fi
-if [ -z "$PG_CONFIG" ]; then
-    echo "no pg_config found: run test/setup.sh (as root) first" >&2
-    exit 1
-fi
-PGBIN=$("$PG_CONFIG" --bindir)
-export PG_CONFIG PGBIN
+# shellcheck source=test/lib/cluster.sh
+source "$BENCH_HERE/../lib/cluster.sh"
+
+# Durable, as in production: every commit waits for its WAL flush; no
+# checkpoint in the middle of a timed run (one is forced between runs).
+RP_CONF=("redpacket.reconcile_interval = 0" "max_connections = 400" "shared_buffers = 1GB"
+         "fsync = on" "synchronous_commit = on" "full_page_writes = on"
+         "max_wal_size = 16GB" "checkpoint_timeout = 1h")
+[ "${BENCH_KEEP:-0}" != 1 ] || REDPACKET_KEEP_CLUSTER=1
 
 # The committed record of the last run; BENCH_RESULTS overrides it (the root
 # hand-over points it at a postgres-owned directory and copies back).
@@ -37,6 +33,7 @@ bench_drop_root() {
     fi
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-bench-scripts.XXXXXX")
     cp -a "$BENCH_HERE/." "$tmp/scripts/"
+    cp -a "$BENCH_HERE/../lib" "$tmp/lib"
     mkdir -p "$tmp/results"
     if [ -d "$BENCH_RESULTS" ]; then
         # the record so far (report.sh renders results.md from all of it)
@@ -69,105 +66,11 @@ bench_drop_root() {
     exit "$rc"
 }
 
-bench_psql() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
-
-# A TCP port on 127.0.0.1 that nothing listens on.
-bench_free_port() {
-    local p _
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            echo "$p"
-            return 0
-        fi
-    done
-    echo "no free port found" >&2
-    return 1
-}
-
+# The benchmark scripts' names for the shared library's functions.
+bench_psql() { rp_psql "$@"; }
+bench_free_port() { rp_free_port; }
+bench_cluster_start() { rp_cluster_start "$@" && BENCH_DIR=$RP_DIR; }
+bench_cluster_restart() { rp_cluster_restart; }
+bench_cleanup() { rp_cluster_stop; BENCH_DIR=; }
+bench_server_problems() { rp_server_problems; }
 BENCH_DIR=
-BENCH_CLEANUP=()    # extra commands run on exit (stopping pgbouncer, redis)
-bench_cleanup() {
-    local c
-    for c in "${BENCH_CLEANUP[@]}"; do
-        eval "$c" >/dev/null 2>&1 || true
-    done
-    BENCH_CLEANUP=()
-    [ -n "$BENCH_DIR" ] || return 0
-    if [ -f "$BENCH_DIR/data/postmaster.pid" ]; then
-        "$PGBIN/pg_ctl" -D "$BENCH_DIR/data" -m fast -w -t 60 stop >/dev/null 2>&1 ||
-            "$PGBIN/pg_ctl" -D "$BENCH_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
-    fi
-    if [ "${BENCH_KEEP:-0}" = 1 ]; then
-        echo "kept scratch directory $BENCH_DIR (server stopped)" >&2
-    else
-        rm -rf "$BENCH_DIR"
-    fi
-    BENCH_DIR=
-}
-
-# bench_cluster_start NAME [extra postgresql.conf lines...]
-bench_cluster_start() {
-    local name=$1 try line
-    shift
-    BENCH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-$name.XXXXXX")
-    trap 'bench_cleanup' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    if ! "$PGBIN/initdb" -D "$BENCH_DIR/data" -A trust -E UTF8 --locale=C \
-            >"$BENCH_DIR/initdb.log" 2>&1; then
-        cat "$BENCH_DIR/initdb.log" >&2
-        return 1
-    fi
-    {
-        echo "listen_addresses = '127.0.0.1'"
-        echo "unix_socket_directories = '$BENCH_DIR'"
-        echo "shared_preload_libraries = 'redpacket'"
-        echo "redpacket.reconcile_interval = 0"
-        echo "max_connections = 400"
-        echo "max_locks_per_transaction = 256"
-        echo "shared_buffers = 1GB"
-        echo "timezone = 'UTC'"
-        # Durable, as in production: every commit waits for its WAL flush.
-        echo "fsync = on"
-        echo "synchronous_commit = on"
-        echo "full_page_writes = on"
-        # No checkpoint in the middle of a timed run (one is forced between runs).
-        echo "max_wal_size = 16GB"
-        echo "checkpoint_timeout = 1h"
-        echo "log_min_messages = warning"
-        echo "log_line_prefix = '%m [%p] '"
-        for line in "$@"; do
-            echo "$line"
-        done
-    } >>"$BENCH_DIR/data/postgresql.conf"
-    for try in 1 2 3 4 5; do
-        PGPORT=$(bench_free_port)
-        if "$PGBIN/pg_ctl" -D "$BENCH_DIR/data" -l "$BENCH_DIR/server.log" -w -t 120 \
-                -o "-p $PGPORT" start >/dev/null 2>&1; then
-            break
-        fi
-        if [ "$try" = 5 ] || ! grep -q 'could not bind\|already in use' "$BENCH_DIR/server.log"; then
-            echo "server did not start; its log:" >&2
-            tail -n 50 "$BENCH_DIR/server.log" >&2
-            return 1
-        fi
-    done
-    PGHOST=$BENCH_DIR
-    PGDATABASE=postgres
-    PGUSER=$(id -un)
-    export PGHOST PGPORT PGDATABASE PGUSER
-    unset PGSERVICE PGPASSWORD PGOPTIONS
-}
-
-bench_cluster_restart() {
-    "$PGBIN/pg_ctl" -D "$BENCH_DIR/data" -l "$BENCH_DIR/server.log" -w -t 120 -m fast \
-        -o "-p $PGPORT" restart >/dev/null
-}
-
-# Lines of the server log at WARNING or worse, minus the ones a clean stop or
-# an intended pgbench disconnect writes.
-bench_server_problems() {
-    grep -E '(WARNING|ERROR|FATAL|PANIC):' "$BENCH_DIR/server.log" |
-        grep -v -E 'terminating (background worker|connection) .* due to administrator command' || true
-}

@@ -236,7 +236,7 @@ pidfile = $PGB_DIR/pgbouncer.pid
 ignore_startup_parameters = extra_float_digits
 EOF
     pgbouncer -d -q "$PGB_DIR/pgbouncer.ini"
-    BENCH_CLEANUP+=("kill \$(cat '$PGB_DIR/pgbouncer.pid')")
+    RP_CLEANUP+=("kill \$(cat '$PGB_DIR/pgbouncer.pid')")
     for _ in $(seq 1 50); do
         "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$PGB_PORT" -c 'SELECT 1' >/dev/null 2>&1 && break
         sleep 0.1
@@ -257,7 +257,7 @@ elif want redis_lua; then
         --appendfsync always --save '' --logfile "$R_DIR/redis.log" --daemonize no \
         --protected-mode no --maxclients 1000 --auto-aof-rewrite-percentage 0 &
     R_PID=$!
-    BENCH_CLEANUP+=("kill $R_PID")
+    RP_CLEANUP+=("kill $R_PID")
     rcli() { redis-cli -p "$R_PORT" "$@"; }
     for _ in $(seq 1 50); do
         [ "$(rcli PING 2>/dev/null)" = PONG ] && break

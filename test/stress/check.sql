@@ -19,21 +19,16 @@ CREATE INDEX ON stress_log (activity_id, status);
 CREATE INDEX ON stress_log (activity_id, claim_id);
 ANALYZE stress_log;
 
+-- the books of every activity: the view rp_books
+\ir ../sql/books.sql
 CREATE TEMP VIEW act AS
-SELECT sa.id AS ord, sa.label, sa.kind, a.id, a.total, a.packets, a.scale, a.per_user_limit,
-       round(10::numeric ^ a.scale) AS unit,
-       (SELECT coalesce(sum(l.amount), 0) FROM redpacket.ledger l
-         WHERE l.activity_id = a.id AND l.kind = 'fund') AS funded,
-       (SELECT coalesce(sum(l.amount), 0) FROM redpacket.ledger l
-         WHERE l.activity_id = a.id AND l.kind = 'return') AS returned,
-       (SELECT coalesce(sum(c.amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed_sum,
-       (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed_n,
-       (SELECT coalesce(sum(s.balance), 0) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS bal_units,
-       (SELECT sum(s.packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS pk_left,
-       (SELECT count(*) FROM redpacket.stripe s
-         WHERE s.activity_id = a.id AND (s.balance < 0 OR s.packets < 0)) AS neg_stripes,
-       (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS n_stripes
-FROM stress_activity sa JOIN redpacket.activity a ON a.id = sa.id;
+SELECT sa.id AS ord, sa.label, sa.kind, b.id, b.total, b.packets, b.scale, b.per_user_limit,
+       round(10::numeric ^ b.scale) AS unit, b.funded, b.returned,
+       b.claimed AS claimed_sum, b.n_claims AS claimed_n,
+       b.remaining * round(10::numeric ^ b.scale) AS bal_units, b.packets_left AS pk_left,
+       b.negative AS neg_stripes, b.balanced,
+       (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = b.id) AS n_stripes
+FROM stress_activity sa JOIN rp_books b ON b.id = sa.id;
 
 -- Every pgbench transaction made it into the log, with one row per call (an
 -- rp_claim_batch call logs four, a two-claim transaction two): no client
@@ -62,7 +57,7 @@ FROM stress_log l JOIN redpacket.activity a ON a.id = l.activity_id;
 -- The books balance: funded = claims + remaining + returned, exactly.
 INSERT INTO chk (inv, label, ok, detail)
 SELECT 'claims + remaining + returned = funded', label,
-       funded = total AND funded = claimed_sum + bal_units / unit + returned,
+       balanced,
        format('%s + %s + %s = %s (funded %s)', claimed_sum, round(bal_units / unit, scale),
               returned, claimed_sum + round(bal_units / unit, scale) + returned, funded)
 FROM act ORDER BY ord;

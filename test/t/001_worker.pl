@@ -357,7 +357,7 @@ $node->reload;
 # --- DROP / CREATE EXTENSION under a running worker -------------------------
 
 $log_offset = -s $node->logfile;
-$node->safe_psql('postgres', 'DROP EXTENSION redpacket');
+$node->safe_psql('postgres', 'SET redpacket.allow_drop = on; DROP EXTENSION redpacket');
 sleep 3;
 is($node->safe_psql('postgres', $worker_q),
 	$pid, 'launcher stays up after DROP EXTENSION');

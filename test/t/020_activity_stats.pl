@@ -124,6 +124,7 @@ is( $node->safe_psql(
 CREATE EXTENSION redpacket;
 SELECT count(redpacket.rp_claim(redpacket.rp_create_activity(100.00, 10, stripes => 1), 'u' || g, 1.00))
   FROM generate_series(1, 5) g;
+SET redpacket.allow_drop = on;
 DROP EXTENSION redpacket;
 CREATE EXTENSION redpacket;
 SELECT redpacket.rp_create_activity(100.00, 10, stripes => 1);

@@ -65,7 +65,7 @@ ok(!$node->log_contains(qr/redpacket launcher: reconciling database "template1"/
 # --- DROP EXTENSION stops it, CREATE EXTENSION starts it again --------------
 
 my $log_offset = -s $node->logfile;
-$node->safe_psql('db2', 'DROP EXTENSION redpacket');
+$node->safe_psql('db2', 'SET redpacket.allow_drop = on; DROP EXTENSION redpacket');
 ok( $node->wait_for_log(
 		qr/redpacket launcher: the extension is gone from database "db2": stopped reconciling it/,
 		$log_offset),

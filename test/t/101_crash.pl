@@ -20,6 +20,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RedpacketTest;
 use Time::HiRes qw(time usleep);
 
 my $CLIENTS = 16;
@@ -206,7 +207,7 @@ sub crash_server
 	return scalar(@kids);
 }
 
-my $checks = q{
+my $checks = RedpacketTest::books_view() . q{
 ANALYZE acks;
 CREATE TEMP TABLE acked AS
 SELECT k.* FROM acks k
@@ -214,18 +215,7 @@ WHERE k.tag = 'ACK'
    OR (k.tag = 'TXN' AND k.grp IN (SELECT o.grp FROM acks o WHERE o.tag = 'TXNOK'));
 CREATE INDEX ON acked (claim_id);
 ANALYZE acked;
-CREATE TEMP TABLE books AS
-SELECT a.id, a.per_user_limit,
-       (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'fund') AS funded,
-       (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'return') AS returned,
-       (SELECT coalesce(sum(amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed,
-       (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS n_claims,
-       (SELECT sum(balance) FROM redpacket.stripe s WHERE s.activity_id = a.id) / 10::numeric ^ a.scale AS remaining,
-       (SELECT sum(claims) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS stripe_claims,
-       a.packets,
-       (SELECT sum(packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS packets_left,
-       (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = a.id AND (balance < 0 OR packets < 0)) AS negative
-FROM redpacket.activity a;
+CREATE TEMP TABLE books AS SELECT * FROM rp_books;
 SELECT 'lost acknowledged claims', count(*) FROM acked k
  WHERE k.status IN ('claimed', 'duplicate')
    AND NOT EXISTS (SELECT 1 FROM redpacket.claim c
@@ -262,9 +252,7 @@ SELECT 'false exhaustion', count(*) FROM acked k JOIN books b ON b.id = k.activi
  WHERE k.status = 'exhausted'
    AND ((k.asked IS NOT NULL AND b.remaining >= k.asked) OR (k.asked IS NULL AND b.packets_left > 0))
 UNION ALL
-SELECT 'books out of balance', count(*) FROM books
- WHERE funded <> claimed + remaining + returned OR n_claims <> stripe_claims
-    OR (packets IS NOT NULL AND packets - n_claims <> packets_left) OR negative > 0
+SELECT 'books out of balance', count(*) FROM books WHERE NOT balanced
 UNION ALL
 SELECT 'users over their limit', count(*) FROM (
     SELECT 1 FROM redpacket.claim c JOIN redpacket.activity a ON a.id = c.activity_id

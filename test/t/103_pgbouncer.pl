@@ -15,6 +15,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RedpacketTest;
 
 my ($pgbouncer) = grep { -x $_ } (
 	(map {"$_/pgbouncer"} split /:/, ($ENV{PATH} // '')),
@@ -205,21 +206,9 @@ is( $node->safe_psql(
 	'in particular none in redpacket\'s lock space');
 
 my $checks = $node->safe_psql(
-	'postgres', qq{
-WITH b AS (
-  SELECT a.id, a.name, a.total, a.packets,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'fund') AS funded,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'return') AS returned,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed,
-         (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS n,
-         (SELECT sum(balance) FROM redpacket.stripe s WHERE s.activity_id = a.id) / 10::numeric ^ a.scale AS remaining,
-         (SELECT sum(packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS packets_left,
-         (SELECT sum(claims) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS stripe_claims,
-         (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = a.id AND (s.balance < 0 OR s.packets < 0)) AS negative
-  FROM redpacket.activity a)
-SELECT 'books balance', count(*) FILTER (WHERE funded = total AND funded = claimed + remaining + returned
-                                          AND n = stripe_claims AND negative = 0
-                                          AND (packets IS NULL OR packets - n = packets_left)) || '/4' FROM b
+	'postgres', RedpacketTest::books_view() . qq{
+WITH b AS (SELECT *, n_claims AS n FROM rp_books)
+SELECT 'books balance', count(*) FILTER (WHERE balanced) || '/4' FROM b
 UNION ALL
 SELECT 'runs out: claims and remaining', n || ' ' || round(remaining, 2) FROM b WHERE id = $act{runout}
 UNION ALL

@@ -20,6 +20,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RedpacketTest;
 
 my $SQLSMITH_QUERIES = 2000;
 my $FUZZ_STATEMENTS = 4000;
@@ -392,22 +393,10 @@ ok(!$node->log_contains(qr/terminated by signal|server process .* was terminated
 	'no "terminated by signal" in the server log');
 
 my $books = $node->safe_psql(
-	'postgres', q{
-WITH b AS (
-  SELECT a.id, a.total, a.packets,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'fund') AS funded,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'return') AS returned,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed,
-         (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS n,
-         (SELECT sum(balance) FROM redpacket.stripe s WHERE s.activity_id = a.id) / 10::numeric ^ a.scale AS remaining,
-         (SELECT sum(packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS packets_left,
-         (SELECT sum(claims) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS stripe_claims,
-         (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = a.id AND (s.balance < 0 OR s.packets < 0)) AS negative
-  FROM redpacket.activity a)
+	'postgres', RedpacketTest::books_view() . q{
+WITH b AS (SELECT * FROM rp_books)
 SELECT count(*),
-       count(*) FILTER (WHERE funded <> total OR funded <> claimed + remaining + returned
-                           OR n <> stripe_claims OR negative > 0
-                           OR (packets IS NOT NULL AND packets - n <> packets_left)),
+       count(*) FILTER (WHERE NOT balanced),
        (SELECT count(*) FROM redpacket.claim),
        (SELECT count(*) FROM (SELECT 1 FROM redpacket.claim c JOIN redpacket.activity a ON a.id = c.activity_id
                               GROUP BY c.activity_id, c.user_id, a.per_user_limit

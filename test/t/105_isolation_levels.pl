@@ -21,6 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use RedpacketTest;
 
 my $node = PostgreSQL::Test::Cluster->new('isolation');
 $node->init;
@@ -321,21 +322,9 @@ note('pgbench: ' . ($retried // 0) . ' transactions retried after serialization 
 	  . ($serial // 0) . ' serialization failures)');
 
 my $checks = $node->safe_psql(
-	'postgres', qq{
-WITH b AS (
-  SELECT a.id, a.total, a.packets,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'fund') AS funded,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND l.kind = 'return') AS returned,
-         (SELECT coalesce(sum(amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed,
-         (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS n,
-         (SELECT sum(balance) FROM redpacket.stripe s WHERE s.activity_id = a.id) / 10::numeric ^ a.scale AS remaining,
-         (SELECT sum(packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS packets_left,
-         (SELECT sum(claims) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS stripe_claims,
-         (SELECT count(*) FROM redpacket.stripe s WHERE s.activity_id = a.id AND (s.balance < 0 OR s.packets < 0)) AS negative
-  FROM redpacket.activity a)
-SELECT 'unbalanced', count(*) FILTER (WHERE funded <> total OR funded <> claimed + remaining + returned
-                                        OR n <> stripe_claims OR negative > 0
-                                        OR (packets IS NOT NULL AND packets - n <> packets_left))::text FROM b
+	'postgres', RedpacketTest::books_view() . qq{
+WITH b AS (SELECT *, n_claims AS n FROM rp_books)
+SELECT 'unbalanced', count(*) FILTER (WHERE NOT balanced)::text FROM b
 UNION ALL
 SELECT 'over limit', coalesce(string_agg(user_id || ':' || n, ' '), '') FROM (
     SELECT c.user_id, count(*) n FROM redpacket.claim c JOIN redpacket.activity a ON a.id = c.activity_id

@@ -1,0 +1,207 @@
+# The upgrade path 1.0 -> 1.1.  A database created with
+# CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
+# before it is updated: fixed, lucky, rain and batch claims, a close, the
+# worker's passes and rp_reconcile all work on the 1.0 catalog.  After
+# ALTER EXTENSION redpacket UPDATE the books still balance (claims + stripes +
+# returned = funded for every activity), every idempotency key holds one
+# claim, a full reconciliation is ok, old claims still answer 'duplicate' and
+# new claims get fresh ids.  Finally the upgraded database and a fresh 1.1
+# install in another database give the same pg_dump --schema-only output,
+# both plain and --binary-upgrade (the form that spells out every member
+# object, its comment, its privileges and its membership; only the OIDs that
+# binary-upgrade pins legitimately differ and are masked).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'redpacket'
+redpacket.reconcile_interval = 1
+redpacket.database = 'up'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE DATABASE up');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+
+sub sql { return $node->safe_psql('up', $_[0]); }
+
+# Per activity: funded = claims + stripes + returned, and the packet count.
+my $books_q = q{
+SELECT count(*) AS activities,
+       count(*) FILTER (WHERE funded <> claimed + held + returned) AS unbalanced,
+       count(*) FILTER (WHERE packets IS NOT NULL AND packets <> claims + held_packets) AS bad_packets
+  FROM (SELECT a.id, a.packets,
+               (SELECT sum(amount) FROM redpacket.ledger l WHERE l.activity_id = a.id AND kind = 'fund') AS funded,
+               (SELECT coalesce(sum(amount), 0) FROM redpacket.ledger l WHERE l.activity_id = a.id AND kind = 'return') AS returned,
+               (SELECT coalesce(sum(amount), 0) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claimed,
+               (SELECT count(*) FROM redpacket.claim c WHERE c.activity_id = a.id) AS claims,
+               (SELECT sum(balance) / 10::numeric ^ a.scale FROM redpacket.stripe s WHERE s.activity_id = a.id) AS held,
+               (SELECT sum(packets) FROM redpacket.stripe s WHERE s.activity_id = a.id) AS held_packets
+          FROM redpacket.activity a) b};
+# A full check of all five activities by rp_reconcile, all ok.  The worker
+# passes every second and a call made while it runs returns no row, so the
+# call is repeated until it gets its turn.
+sub full_check_ok
+{
+	return $node->poll_query_until('up',
+		'SELECT count(*) = 5 AND bool_and(ok) FROM redpacket.rp_reconcile(NULL, true)');
+}
+my $one_per_key_q = q{
+SELECT count(*) = count(DISTINCT (activity_id, user_id, idempotency_key)) FROM redpacket.claim};
+
+# --- 1.0, served by the current library ------------------------------------
+
+sql("CREATE EXTENSION redpacket VERSION '1.0'");
+is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+	'1.0', 'installed version 1.0');
+
+my %act;
+$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')");
+$act{lucky} = sql("SELECT redpacket.rp_create_activity(50.00, 20, stripes => 4, name => 'lucky')");
+$act{rain} = sql(
+	"SELECT redpacket.rp_create_activity(30.00, 100, stripes => 2, per_user_limit => 3, name => 'rain')");
+$act{batch} = sql("SELECT redpacket.rp_create_activity(40.00, stripes => 4, name => 'batch')");
+$act{closed} = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 3, name => 'closed')");
+
+is( sql(
+		"SELECT string_agg(status::text, ',') FROM (SELECT (redpacket.rp_claim($act{fixed}, 'u' || g, 1.25)).status FROM generate_series(1, 5) g) s"
+	),
+	'claimed,claimed,claimed,claimed,claimed',
+	'1.0 catalog: fixed claims');
+is( sql(
+		"SELECT count(*) FILTER (WHERE (r).status = 'claimed') FROM (SELECT redpacket.rp_claim($act{lucky}, 'u' || g) AS r FROM generate_series(1, 8) g) s"
+	),
+	'8', '1.0 catalog: lucky draws');
+is( sql(
+		"SELECT string_agg(status::text, ',' ORDER BY g) FROM generate_series(1, 4) g, LATERAL redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-' || g)"
+	),
+	'claimed,claimed,claimed,user_limit',
+	'1.0 catalog: rain with per-user limit');
+is( sql(
+		"SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','b','c','a'], ARRAY[2.00, 3.00, 4.00, 2.00])"
+	),
+	'claimed,claimed,claimed,duplicate',
+	'1.0 catalog: batch claims');
+sql("SELECT redpacket.rp_claim($act{closed}, 'early', 5.00)");
+is(sql("SELECT redpacket.rp_close_activity($act{closed})"),
+	'15.00', '1.0 catalog: close returns the remainder');
+is(sql("SELECT status FROM redpacket.rp_claim($act{closed}, 'late', 1.00)"),
+	'ended', '1.0 catalog: claims after the close are ended');
+ok(full_check_ok(), '1.0 catalog: rp_reconcile checks every activity, all ok');
+
+# The worker serves the 1.0 catalog too: a claim made now is counted by a pass.
+my $cid = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe', 0.01)");
+ok( $node->poll_query_until(
+		'up',
+		"SELECT last_claim_id >= $cid FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
+	'1.0 catalog: the worker passes');
+is(sql($books_q), '5|0|0', '1.0 catalog: the books balance');
+my $max_claim_10 = sql('SELECT max(claim_id) FROM redpacket.claim');
+my $claims_10 = sql('SELECT count(*) FROM redpacket.claim');
+my $old_bob = sql(
+	"SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{rain} AND user_id = 'bob' AND request_id = 'drop-1'");
+
+# --- ALTER EXTENSION UPDATE -------------------------------------------------
+
+sql('ALTER EXTENSION redpacket UPDATE');
+is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+	'1.1', 'updated to 1.1 (the default version)');
+is(sql('SELECT count(*) FROM redpacket.claim'), $claims_10, 'every claim carried over');
+is(sql($books_q), '5|0|0', '1.1: the books balance after the update');
+is(sql($one_per_key_q), 't', '1.1: one claim per idempotency key');
+ok(full_check_ok(), '1.1: a full reconciliation of every activity is ok');
+
+# --- Claims continue ----------------------------------------------------------
+
+is( sql("SELECT status || ',' || (claim_id > $max_claim_10) FROM redpacket.rp_claim($act{fixed}, 'new1', 2.00)"),
+	'claimed,true', '1.1: fixed claim with a fresh id');
+is(sql("SELECT status FROM redpacket.rp_claim($act{lucky}, 'new1')"),
+	'claimed', '1.1: lucky draw');
+is( sql("SELECT status || ',' || claim_id FROM redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-1')"),
+	"duplicate,$old_bob", '1.1: a retry of a 1.0 claim answers duplicate with its id');
+is( sql("SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','d'], ARRAY[2.00, 1.00])"),
+	'duplicate,claimed', '1.1: batch');
+is(sql("SELECT redpacket.rp_close_activity($act{batch})"), '30.00', '1.1: close');
+my $cid2 = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe2', 0.01)");
+ok( $node->poll_query_until(
+		'up',
+		"SELECT last_claim_id >= $cid2 FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
+	'1.1: the worker passes');
+is(sql($books_q), '5|0|0', '1.1: the books balance after more claims');
+ok(full_check_ok(), '1.1: full reconciliation ok after more claims');
+is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok"),
+	'0', 'no pass ever failed, before or after the update');
+
+# --- The upgraded schema equals a fresh 1.1 ---------------------------------
+
+$node->safe_psql('fresh', 'CREATE EXTENSION redpacket');
+is($node->safe_psql('fresh', "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+	'1.1', 'fresh install is 1.1');
+
+# Everything binary-upgrade pins by OID differs between two databases: the
+# OID-setting calls, and the config relations that
+# binary_upgrade_create_empty_extension lists by OID (their names and filter
+# conditions are compared below, as a set: the order is the order in which
+# the scripts registered them, which pg_dump never uses); the frozen xids of
+# the tables and the OIDs binary-upgrade writes them to; the values of the
+# sequences registered with pg_extension_config_dump, which even
+# --schema-only dumps (data, not schema); and the random key of pg_dump's
+# \restrict line.
+sub schema_dump
+{
+	my ($db, @opts) = @_;
+	my ($out, $err);
+	my $ok = IPC::Run::run(
+		[ $node->installed_command('pg_dump'), '--schema-only', @opts,
+			'--dbname' => $node->connstr($db) ],
+		'>', \$out, '2>', \$err);
+	ok($ok, "pg_dump --schema-only @opts of $db") or diag($err);
+	$out =~ s/^SELECT pg_catalog\.binary_upgrade_set_next_\w+\(.*\);\n//mg;
+	$out =~ s/(binary_upgrade_create_empty_extension\('redpacket', 'redpacket', false, '[\d.]+', )'\{[\d,]*\}'/$1'{OIDS}'/g;
+	$out =~ s/relfrozenxid = '\d+', relminmxid = '\d+'/relfrozenxid = 'X', relminmxid = 'X'/g;
+	$out =~ s/^WHERE oid = '\d+';$/WHERE oid = 'X';/mg;
+	$out =~ s/^(SELECT pg_catalog\.setval\('[\w.]+'), \d+, (true|false)\);$/$1, N, B);/mg;
+	$out =~ s/^\\(un)?restrict \S+$/\\$1restrict KEY/mg;
+	return $out;
+}
+
+sub compare_dumps
+{
+	my ($what, $a, $b) = @_;
+	if ($a eq $b)
+	{
+		pass("$what: upgraded and fresh 1.1 are identical");
+		return;
+	}
+	my $tmp = PostgreSQL::Test::Utils::tempdir;
+	PostgreSQL::Test::Utils::append_to_file("$tmp/upgraded.sql", $a);
+	PostgreSQL::Test::Utils::append_to_file("$tmp/fresh.sql", $b);
+	my ($diff) = run_command([ 'diff', '-u', "$tmp/upgraded.sql", "$tmp/fresh.sql" ]);
+	fail("$what: upgraded and fresh 1.1 are identical");
+	diag($diff);
+}
+
+compare_dumps('pg_dump --schema-only', schema_dump('up'), schema_dump('fresh'));
+my $bu_up = schema_dump('up', '--binary-upgrade');
+like($bu_up, qr/ALTER EXTENSION redpacket ADD TABLE redpacket\.claim;/,
+	'the --binary-upgrade dump spells out the members');
+compare_dumps('pg_dump --schema-only --binary-upgrade', $bu_up,
+	schema_dump('fresh', '--binary-upgrade'));
+
+my $config_q = q{
+SELECT string_agg(c.relname || ':' || x.cond, ' ' ORDER BY c.relname)
+  FROM pg_extension e,
+       unnest(e.extconfig, e.extcondition) AS x(rel, cond)
+  JOIN pg_class c ON c.oid = x.rel
+ WHERE e.extname = 'redpacket'};
+is(sql($config_q), $node->safe_psql('fresh', $config_q),
+	'the same relations are registered with pg_extension_config_dump, with the same conditions');
+
+$node->stop;
+done_testing();
