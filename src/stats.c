@@ -64,8 +64,9 @@ typedef struct RpStatsShared
 static RpStatsShared *rp_stats = NULL;
 static HTAB *rp_stats_hash = NULL;
 
-/* this backend's redpacket.activity OID; InvalidOid: look it up again */
+/* this backend's redpacket.activity OID, looked up again when not valid */
 static Oid	activity_relid = InvalidOid;
+static bool activity_relid_valid = false;
 static bool callback_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -128,7 +129,7 @@ static void
 StatsRelcacheCallback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == activity_relid)
-		activity_relid = InvalidOid;
+		activity_relid_valid = false;
 }
 
 /*
@@ -141,7 +142,7 @@ ActivityRelid(void)
 {
 	Oid			nsp;
 
-	if (OidIsValid(activity_relid))
+	if (activity_relid_valid)
 		return activity_relid;
 	if (!callback_registered)
 	{
@@ -150,6 +151,7 @@ ActivityRelid(void)
 	}
 	nsp = get_namespace_oid("redpacket", true);
 	activity_relid = OidIsValid(nsp) ? get_relname_relid("activity", nsp) : InvalidOid;
+	activity_relid_valid = true;
 	return activity_relid;
 }
 
@@ -198,8 +200,21 @@ RpStatsCount(int64 activity, int event)
 	if (rp_stats == NULL || !rp_track_stats || event < 0 || event >= RP_NSTATS)
 		return;
 
+	/*
+	 * An error is counted from a PG_CATCH block, before the abort: no
+	 * catalog lookup there (the error may have left a buffer or LWLock
+	 * held).  It uses the OID last looked up by this backend (stale only
+	 * if the extension was re-created since: then the error lands in an
+	 * invisible entry); a backend that never looked it up counts the error
+	 * as untracked.
+	 */
+	if (event == RP_STAT_ERROR && !OidIsValid(activity_relid))
+	{
+		pg_atomic_fetch_add_u64(&rp_stats->untracked[event], 1);
+		return;
+	}
 	key.dbid = MyDatabaseId;
-	key.relid = ActivityRelid();
+	key.relid = event == RP_STAT_ERROR ? activity_relid : ActivityRelid();
 	key.activity = activity;
 
 	LWLockAcquire(rp_stats->lock, LW_SHARED);
