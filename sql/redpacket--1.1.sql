@@ -576,14 +576,14 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'rp_stats_reset'
 LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION redpacket.rp_stats_reset(bigint) IS
-    'Forgets the counters of one activity of this database, or with NULL of all of them and the untracked counters; returns how many activities were forgotten.';
+    'Forgets the counters of one activity of this database, or with NULL of all of them and the untracked counters; returns how many activities were forgotten. Also frees the counters of dropped databases and of a dropped installation of the extension.';
 
 CREATE VIEW redpacket.activity_stats AS
 SELECT activity_id, claimed, duplicate, exhausted, frozen, ended, not_started, user_limit,
        stripe_waits, gathers, errors
 FROM redpacket.rp_activity_stats();
 COMMENT ON VIEW redpacket.activity_stats IS
-    'Answers and events per activity of this database since the server started or rp_stats_reset(): kept in shared memory, lost on restart, empty unless redpacket is in shared_preload_libraries.';
+    'Answers and events per activity of this database since the server started, CREATE EXTENSION or rp_stats_reset(): kept in shared memory, lost on restart, empty unless redpacket is in shared_preload_libraries.';
 COMMENT ON COLUMN redpacket.activity_stats.activity_id IS 'The activity; NULL for the row of events of activities that did not fit in redpacket.stats_max_activities (all databases).';
 COMMENT ON COLUMN redpacket.activity_stats.claimed IS 'Answers claimed (new claims recorded; counted when answered, even if the caller later rolled back).';
 COMMENT ON COLUMN redpacket.activity_stats.duplicate IS 'Answers duplicate (retries or second grabs).';

@@ -1037,7 +1037,7 @@ WorkerMayAct(void)
 {
 	return !RecoveryInProgress() &&
 		OidIsValid(get_extension_oid("redpacket", true)) &&
-		!RpRestoring() &&
+		!RpRestoring() && RpDatabaseWanted() &&
 		RpLock(RP_LOCK_RECONCILE, 0, 0, false);
 }
 

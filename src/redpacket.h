@@ -44,6 +44,7 @@
 #define RP_DEFAULT_MAX_WORKERS 2
 #define RP_MIN_MAX_WORKERS 1
 #define RP_MAX_MAX_WORKERS 64
+#define RP_WORKER_LOCK_TIMEOUT "5s"	/* a reconciler's longest lock wait */
 
 extern int	rp_default_stripes;
 extern int	rp_reconcile_interval;
@@ -268,6 +269,7 @@ extern void RpRequireLocalActivity(int64 activity);
 
 /* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
+extern bool RpDatabaseWanted(void);
 
 /*
  * launcher.c: the long-lived launcher that starts a reconciler in every

@@ -3,18 +3,24 @@
  *		Per-activity counters of claim answers and events, kept in shared
  *		memory the way pg_stat_statements keeps its counters: a shared hash
  *		keyed by (database, activity) whose entries hold one atomic counter
- *		per RpStatus and per RpStatEvent.  Counting takes the hash's LWLock
+ *		per RpStatus and per RpStatEvent.  The key also holds the OID of
+ *		the table redpacket.activity, so a dropped and re-created extension
+ *		(whose activity ids start again at 1) starts with no counters; the
+ *		OID is looked up once per backend and forgotten on a relcache
+ *		invalidation.  Counting takes the hash's LWLock
  *		in shared mode and adds to an atomic; only the first event of an
  *		activity takes the lock exclusively to create its entry.  The table
  *		holds at most redpacket.stats_max_activities entries; events of an
  *		activity that finds it full go to the untracked counters instead (no
  *		eviction, so what a row shows is never silently incomplete).
  *		Counters live only in memory: a restart or rp_stats_reset() clears
- *		them.  Without shared_preload_libraries there is no table, counting
+ *		them; rp_stats_reset() also frees the entries of databases that no
+ *		longer exist and of a dropped extension.  Without shared_preload_libraries there is no table, counting
  *		is a no-op and the view is empty.
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -23,6 +29,9 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "redpacket.h"
 
@@ -35,7 +44,7 @@ int			rp_stats_max_activities = RP_DEFAULT_STATS_MAX_ACTIVITIES;
 typedef struct RpStatsKey
 {
 	Oid			dbid;
-	int32		pad;			/* zeroed: the key is hashed as bytes */
+	Oid			relid;			/* redpacket.activity: this install of it */
 	int64		activity;
 } RpStatsKey;
 
@@ -54,6 +63,11 @@ typedef struct RpStatsShared
 
 static RpStatsShared *rp_stats = NULL;
 static HTAB *rp_stats_hash = NULL;
+
+/* this backend's redpacket.activity OID, looked up again when not valid */
+static Oid	activity_relid = InvalidOid;
+static bool activity_relid_valid = false;
+static bool callback_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -111,6 +125,36 @@ RpStatsInit(void)
 	shmem_startup_hook = StatsShmemStartup;
 }
 
+static void
+StatsRelcacheCallback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == activity_relid)
+		activity_relid_valid = false;
+}
+
+/*
+ * The OID of redpacket.activity in this database (InvalidOid when the
+ * extension is not installed), cached until a relcache invalidation of it.
+ * Needs a transaction.
+ */
+static Oid
+ActivityRelid(void)
+{
+	Oid			nsp;
+
+	if (activity_relid_valid)
+		return activity_relid;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(StatsRelcacheCallback, (Datum) 0);
+		callback_registered = true;
+	}
+	nsp = get_namespace_oid("redpacket", true);
+	activity_relid = OidIsValid(nsp) ? get_relname_relid("activity", nsp) : InvalidOid;
+	activity_relid_valid = true;
+	return activity_relid;
+}
+
 /*
  * The entry of key, created if there is room; NULL when the table is full.
  * Called with the lock held exclusively.
@@ -156,8 +200,21 @@ RpStatsCount(int64 activity, int event)
 	if (rp_stats == NULL || !rp_track_stats || event < 0 || event >= RP_NSTATS)
 		return;
 
+	/*
+	 * An error is counted from a PG_CATCH block, before the abort: no
+	 * catalog lookup there (the error may have left a buffer or LWLock
+	 * held).  It uses the OID last looked up by this backend (stale only
+	 * if the extension was re-created since: then the error lands in an
+	 * invisible entry); a backend that never looked it up counts the error
+	 * as untracked.
+	 */
+	if (event == RP_STAT_ERROR && !OidIsValid(activity_relid))
+	{
+		pg_atomic_fetch_add_u64(&rp_stats->untracked[event], 1);
+		return;
+	}
 	key.dbid = MyDatabaseId;
-	key.pad = 0;
+	key.relid = event == RP_STAT_ERROR ? activity_relid : ActivityRelid();
 	key.activity = activity;
 
 	LWLockAcquire(rp_stats->lock, LW_SHARED);
@@ -201,15 +258,17 @@ rp_activity_stats(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS seq;
 	RpStatsEntry *e;
 	uint64		untracked = 0;
+	Oid			relid;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rp_stats == NULL)
 		return (Datum) 0;
+	relid = ActivityRelid();
 
 	LWLockAcquire(rp_stats->lock, LW_SHARED);
 	hash_seq_init(&seq, rp_stats_hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
-		if (e->key.dbid == MyDatabaseId)
+		if (e->key.dbid == MyDatabaseId && e->key.relid == relid)
 			StatsRow(rsinfo, true, e->key.activity, e->counts);
 	for (int i = 0; i < RP_NSTATS; i++)
 		untracked += pg_atomic_read_u64(&rp_stats->untracked[i]);
@@ -220,9 +279,38 @@ rp_activity_stats(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The databases, other than ours, that have entries but no longer exist.
+ * Looked up without holding the hash's lock.
+ */
+static List *
+GoneDatabases(void)
+{
+	HASH_SEQ_STATUS seq;
+	RpStatsEntry *e;
+	List	   *dbs = NIL;
+	List	   *gone = NIL;
+	ListCell   *lc;
+
+	LWLockAcquire(rp_stats->lock, LW_SHARED);
+	hash_seq_init(&seq, rp_stats_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+		if (e->key.dbid != MyDatabaseId)
+			dbs = list_append_unique_oid(dbs, e->key.dbid);
+	LWLockRelease(rp_stats->lock);
+
+	foreach(lc, dbs)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(lfirst_oid(lc))))
+			gone = lappend_oid(gone, lfirst_oid(lc));
+	list_free(dbs);
+	return gone;
+}
+
+/*
  * Forget the counters of one activity of the current database, or (NULL)
  * of all its activities and the untracked counters; returns how many
- * activities were forgotten.
+ * activities were forgotten.  Either way, also frees the entries of
+ * databases that no longer exist and of this database's dropped extension
+ * (not counted in the result).
  */
 Datum
 rp_stats_reset(PG_FUNCTION_ARGS)
@@ -232,18 +320,26 @@ rp_stats_reset(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS seq;
 	RpStatsEntry *e;
 	int64		n = 0;
+	Oid			relid;
+	List	   *gone;
 
 	if (rp_stats == NULL)
 		PG_RETURN_INT64(0);
 
+	relid = ActivityRelid();
+	gone = GoneDatabases();
 	LWLockAcquire(rp_stats->lock, LW_EXCLUSIVE);
 	hash_seq_init(&seq, rp_stats_hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		if (e->key.dbid != MyDatabaseId || (!all && e->key.activity != activity))
+		bool		ours = e->key.dbid == MyDatabaseId && e->key.relid == relid;
+
+		if (ours && (all || e->key.activity == activity))
+			n++;
+		else if (ours || (e->key.dbid != MyDatabaseId &&
+						  !list_member_oid(gone, e->key.dbid)))
 			continue;
 		(void) hash_search(rp_stats_hash, &e->key, HASH_REMOVE, NULL);
-		n++;
 	}
 	if (all)
 	{
@@ -252,5 +348,6 @@ rp_stats_reset(PG_FUNCTION_ARGS)
 		rp_stats->full_logged = false;
 	}
 	LWLockRelease(rp_stats->lock);
+	list_free(gone);
 	PG_RETURN_INT64(n);
 }

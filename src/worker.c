@@ -6,12 +6,15 @@
  *		commits per activity) when it is there, reports
  *		what it found to the launcher and exits.  Not staying connected
  *		between passes is what keeps DROP DATABASE and CREATE DATABASE ...
- *		TEMPLATE from waiting for it.  It keeps no state of its own.
+ *		TEMPLATE from waiting for it; a long pass stops between two
+ *		activities as soon as one of those commands waits for the database
+ *		(RpDatabaseWanted).  It keeps no state of its own.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_database.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -19,12 +22,61 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
 
 #include "redpacket.h"
+
+/*
+ * Settings a database owner (or a role) may set with ALTER DATABASE/ROLE
+ * SET that would stop or distort a superuser's pass: overridden for the
+ * reconciler's whole life, above any database or role setting.  The pass
+ * waits for stripe locks at most RP_WORKER_LOCK_TIMEOUT, so one long claim
+ * transaction costs its activity one check (recorded as an error and
+ * retried next pass), never the pass, nor the launcher slot other
+ * databases wait for.
+ */
+static void
+OverrideSettings(void)
+{
+	static const char *const settings[][2] = {
+		{"default_transaction_read_only", "off"},
+		{"default_transaction_isolation", "read committed"},
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+		{"lock_timeout", RP_WORKER_LOCK_TIMEOUT},
+	};
+
+	for (int i = 0; i < lengthof(settings); i++)
+		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
+ * Does nobody wait to have this database to itself?  DROP DATABASE and
+ * CREATE DATABASE ... TEMPLATE lock the database object (AccessExclusiveLock
+ * and ShareLock) before they wait up to 5 s for the other sessions to
+ * leave, and PostgreSQL 15 does not signal background workers for them; a
+ * RowExclusiveLock probe that does not wait fails exactly while one of them
+ * is there.  The probe is released at once.  A reconciler calls this
+ * between two activities and stops its pass when it returns false.
+ */
+bool
+RpDatabaseWanted(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
+	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		elog(DEBUG1, "redpacket reconciler stops: another session waits for database %u", MyDatabaseId);
+		return false;
+	}
+	LockRelease(&tag, RowExclusiveLock, false);
+	return true;
+}
 
 /* Is the extension installed in this database? */
 static bool
@@ -51,6 +103,7 @@ RpWorkerMain(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	OverrideSettings();
 	pgstat_report_appname("redpacket reconciler");
 
 	present = ExtensionPresent();

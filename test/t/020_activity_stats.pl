@@ -115,6 +115,44 @@ ok( $node->wait_for_log(
 is(sql('SELECT redpacket.rp_stats_reset()'), '100', 'reset all');
 is(sql('SELECT count(*) FROM redpacket.activity_stats'), '0', 'empty after reset all');
 
+# --- DROP and CREATE EXTENSION start with no counters ------------------------
+
+# one session throughout: its cached key must follow the new extension
+$node->safe_psql('postgres', 'CREATE DATABASE cyc');
+is( $node->safe_psql(
+		'cyc', q{
+CREATE EXTENSION redpacket;
+SELECT count(redpacket.rp_claim(redpacket.rp_create_activity(100.00, 10, stripes => 1), 'u' || g, 1.00))
+  FROM generate_series(1, 5) g;
+SET redpacket.allow_drop = on;
+DROP EXTENSION redpacket;
+CREATE EXTENSION redpacket;
+SELECT redpacket.rp_create_activity(100.00, 10, stripes => 1);
+SELECT count(*) FROM redpacket.activity_stats WHERE activity_id IS NOT NULL;
+SELECT (redpacket.rp_claim(1, 'new', 1.00)).status;
+SELECT claimed FROM redpacket.activity_stats WHERE activity_id = 1;
+}),
+	"5\n1\n0\nclaimed\n1",
+	'a re-created extension starts with no counters (activity 1 shows only its own claim)');
+is($node->safe_psql('cyc', 'SELECT claimed FROM redpacket.activity_stats WHERE activity_id = 1'),
+	'1', 'another session sees the same');
+
+# --- the counters of a dropped database can be freed --------------------------
+
+sql('SELECT redpacket.rp_stats_reset()');
+$node->safe_psql('postgres', 'CREATE DATABASE gone');
+$node->safe_psql('gone', q{
+CREATE EXTENSION redpacket;
+SELECT count(redpacket.rp_claim(redpacket.rp_create_activity(1.00, stripes => 1), 'u', 0.01))
+  FROM generate_series(1, 100)});
+$node->safe_psql('postgres', 'DROP DATABASE gone');
+$node->safe_psql('postgres', 'DROP DATABASE cyc');
+sql('SELECT redpacket.rp_stats_reset()');
+my $fresh = sql("SELECT redpacket.rp_create_activity(1.00, stripes => 1)");
+sql("SELECT redpacket.rp_claim($fresh, 'u', 0.01)");
+is(sql("SELECT claimed FROM redpacket.activity_stats WHERE activity_id = $fresh"),
+	'1', 'rp_stats_reset() frees the entries of dropped databases: a new activity gets a row');
+
 # --- lost on restart ------------------------------------------------------------
 
 sql("SELECT redpacket.rp_claim($aid, 'after-reset')");
