@@ -4,6 +4,7 @@
 -- instead of filling the server's lock table.  Ten expired activities of 128
 -- stripes need 1,280 kept locks: the ninth call is refused, and a call in a
 -- transaction of its own goes through.
+\set VERBOSITY terse
 CREATE TEMP TABLE budget_act AS
 SELECT g AS n, redpacket.rp_create_activity(12.80, stripes => 128,
            starts_at => now() - interval '2 hours', ends_at => now() - interval '1 hour') AS id
@@ -19,9 +20,7 @@ SELECT r.activity_id IS NOT NULL AS settled
 SELECT count(*) AS stripe_locks_kept
   FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
    AND objsubid = 20993;  -- 0x5201, redpacket's stripe locks
-\set VERBOSITY default
 SELECT * FROM redpacket.rp_reconcile((SELECT id FROM budget_act WHERE n = 9));
-\set VERBOSITY terse
 ROLLBACK;
 
 -- each in a transaction of its own: every one settles
