@@ -317,7 +317,9 @@ SELECT a.id,
        a.ends_at,
        p.checked_at AS last_reconciled_at,
        p.ok AS last_reconcile_ok,
-       a.frozen_reason
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at
 FROM redpacket.activity a
 CROSS JOIN LATERAL (
     SELECT pg_catalog.sum(st.balance) AS balance,
@@ -341,6 +343,8 @@ LEFT JOIN LATERAL (
     LIMIT 1) p ON true;
 COMMENT ON VIEW redpacket.activity_status IS
     'One row per activity for operators: state (scheduled, active, exhausted, ended, frozen), claimed and remaining amounts and packets, last reconciliation.';
+COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
+    'When every claim of the activity was last re-summed by a full check (worker or rp_reconcile(..., true)); NULL when never.';
 
 -- Role helpers ----------------------------------------------------------------
 -- Run by the extension owner (or a superuser): they grant exactly what the
@@ -461,59 +465,6 @@ COMMENT ON COLUMN redpacket.reconciler_status.failures IS 'Activities of the las
 COMMENT ON COLUMN redpacket.reconciler_status.next_due_at IS 'last_pass_finished_at + redpacket.reconcile_interval; NULL when the worker is paused or not loaded.';
 COMMENT ON COLUMN redpacket.reconciler_status.last_full_check_at IS 'Oldest of the activities'' last full checks: every activity was fully checked since then.';
 REVOKE ALL ON redpacket.reconciler, redpacket.reconciler_status FROM PUBLIC;
-
--- [rec] activity_status shows when each activity was last fully checked
--- (a column added at the end of the 1.0 view).
-CREATE OR REPLACE VIEW redpacket.activity_status AS
-SELECT a.id,
-       a.name,
-       CASE
-           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
-           WHEN a.closed_at IS NOT NULL
-                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
-           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
-           WHEN s.balance OPERATOR(pg_catalog.=) 0
-                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
-           ELSE 'active'
-       END AS state,
-       a.scale,
-       a.total,
-       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
-               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
-       s.claims AS claimed_count,
-       s.remaining AS remaining_amount,
-       s.packets AS remaining_packets,
-       a.stripes,
-       a.starts_at,
-       a.ends_at,
-       p.checked_at AS last_reconciled_at,
-       p.ok AS last_reconcile_ok,
-       a.frozen_reason,
-       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
-         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at
-FROM redpacket.activity a
-CROSS JOIN LATERAL (
-    SELECT pg_catalog.sum(st.balance) AS balance,
-           pg_catalog.sum(st.packets) AS packets,
-           pg_catalog.sum(st.claims) AS claims,
-           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
-                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
-                            a.scale) AS remaining
-    FROM redpacket.stripe st
-    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
-LEFT JOIN LATERAL (
-    SELECT pg_catalog.sum(l.amount) AS returned
-    FROM redpacket.ledger l
-    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
-      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
-LEFT JOIN LATERAL (
-    SELECT rc.checked_at, rc.ok
-    FROM redpacket.reconciliation rc
-    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
-    ORDER BY rc.pass_id DESC
-    LIMIT 1) p ON true;
-COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
-    'When every claim of the activity was last re-summed by a full check (worker or rp_reconcile(..., true)); NULL when never.';
 
 -- [rec] A pass for schedulers that fails when a check fails.  A procedure,
 -- so that it can commit what the pass recorded (rows, freezes) before it
