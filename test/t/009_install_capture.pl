@@ -73,33 +73,27 @@ $node->safe_psql('postgres', q{
 	CREATE DATABASE strict OWNER m2;
 });
 $node->safe_psql('strict', 'CREATE EXTENSION redpacket');
-$node->safe_psql('strict', q{
-	SET ROLE m2;
-	CREATE SCHEMA evil;
-	CREATE TYPE evil.text AS ENUM ('x');
-	CREATE TYPE evil.int8 AS ENUM ('x');
-	CREATE FUNCTION evil.grab(pg_catalog.text) RETURNS evil.text
-	LANGUAGE plpgsql AS $$
+# A type named like each built-in type the procedure uses, with an
+# assignment cast from the real one whose function grabs superuser.
+my $traps = "SET ROLE m2; CREATE SCHEMA evil;\n";
+for my $t ('text', 'int8')
+{
+	$traps .= qq{
+	CREATE TYPE evil.$t AS ENUM ('x');
+	CREATE FUNCTION evil.grab_$t(pg_catalog.$t) RETURNS evil.$t
+	LANGUAGE plpgsql AS \$\$
 	BEGIN
 		IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
 			EXECUTE 'ALTER ROLE m2 SUPERUSER';
 		END IF;
 		RETURN NULL;
-	END $$;
-	CREATE CAST (pg_catalog.text AS evil.text)
-		WITH FUNCTION evil.grab(pg_catalog.text) AS ASSIGNMENT;
-	CREATE FUNCTION evil.grab8(pg_catalog.int8) RETURNS evil.int8
-	LANGUAGE plpgsql AS $$
-	BEGIN
-		IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
-			EXECUTE 'ALTER ROLE m2 SUPERUSER';
-		END IF;
-		RETURN NULL;
-	END $$;
-	CREATE CAST (pg_catalog.int8 AS evil.int8)
-		WITH FUNCTION evil.grab8(pg_catalog.int8) AS ASSIGNMENT;
-	ALTER DATABASE strict SET search_path = evil, redpacket, pg_catalog;
-});
+	END \$\$;
+	CREATE CAST (pg_catalog.$t AS evil.$t)
+		WITH FUNCTION evil.grab_$t(pg_catalog.$t) AS ASSIGNMENT;
+	};
+}
+$traps .= 'ALTER DATABASE strict SET search_path = evil, redpacket, pg_catalog;';
+$node->safe_psql('strict', $traps);
 $node->safe_psql('strict',
 	"SELECT redpacket.rp_create_activity(10.00, stripes => 2)");
 is(is_super('m2'), 'f', 'the owner is not a superuser before');
