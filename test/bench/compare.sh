@@ -64,7 +64,7 @@ round() {
     make -s -C "$src" install PG_CONFIG="$PG_CONFIG" >/dev/null
     as_pg "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w restart >/dev/null 2>&1 ||
         as_pg "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w start >/dev/null
-    psql_ -c "DROP EXTENSION IF EXISTS redpacket CASCADE" -c "CREATE EXTENSION redpacket" >/dev/null
+    psql_ -c "SET redpacket.allow_drop = on" -c "DROP EXTENSION IF EXISTS redpacket CASCADE" -c "CREATE EXTENSION redpacket" >/dev/null
     psql_ >/dev/null <<'SQL'
 CREATE OR REPLACE FUNCTION public.cpu_ticks() RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
