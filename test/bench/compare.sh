@@ -61,10 +61,13 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 # One round: install the build in $2, restart, measure; append "kind value" lines.
 round() {
     local label=$1 src=$2 act tps
+    # drop with the build that created it (its drop guard lives in its library)
+    psql_ -c "SET redpacket.allow_drop = on" -c "DROP EXTENSION IF EXISTS redpacket CASCADE" \
+        >/dev/null 2>&1 || true
     make -s -C "$src" install PG_CONFIG="$PG_CONFIG" >/dev/null
     as_pg "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w restart >/dev/null 2>&1 ||
         as_pg "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w start >/dev/null
-    psql_ -c "SET redpacket.allow_drop = on" -c "DROP EXTENSION IF EXISTS redpacket CASCADE" -c "CREATE EXTENSION redpacket" >/dev/null
+    psql_ -c "CREATE EXTENSION redpacket" >/dev/null
     psql_ >/dev/null <<'SQL'
 CREATE OR REPLACE FUNCTION public.cpu_ticks() RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
