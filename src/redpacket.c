@@ -75,6 +75,13 @@ _PG_init(void)
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("redpacket.direct_claims",
+							 "Let single claims on a single node take the executor-direct fast path.",
+							 "A developer switch: off forces the fast path's SQL statement (the SPI path) everywhere, to test both paths.",
+							 &rp_direct_claims,
+							 true,
+							 PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+
 	DefineCustomBoolVariable("redpacket.track_stats",
 							 "Count claim answers and events per activity in shared memory.",
 							 "Takes effect only when redpacket is in shared_preload_libraries.",

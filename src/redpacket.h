@@ -56,6 +56,7 @@ extern bool rp_allow_drop;
 extern bool rp_track_stats;
 extern int	rp_stats_max_activities;
 extern int	rp_max_workers;
+extern bool rp_direct_claims;
 
 /*
  * Lock space.  Every lock redpacket takes is a transaction-scoped
@@ -201,6 +202,17 @@ extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 extern int64 RpDrawUnits(int64 balance, int64 packets);
+
+/* direct.c: the fast path through the executor, on a single node */
+typedef enum RpDirectResult
+{
+	RP_DIRECT_TOOK,				/* paid and claimed */
+	RP_DIRECT_DIVERT,			/* nothing written: the careful path decides */
+	RP_DIRECT_UNUSED			/* not applicable: run the fast path's SQL */
+} RpDirectResult;
+
+extern RpDirectResult RpDirectTake(const RpActivity *act, int stripe, int64 units,
+								   RpFastClaim *fast);
 
 /* locks.c: the claim paths' locking protocol (see the comment there) */
 #define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */

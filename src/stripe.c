@@ -199,6 +199,17 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
+	/* on a single node, the same work without SQL (direct.c) */
+	switch (RpDirectTake(act, stripe, units, fast))
+	{
+		case RP_DIRECT_TOOK:
+			return RP_TRY_TOOK;
+		case RP_DIRECT_DIVERT:
+			return RP_TRY_DIVERT;
+		case RP_DIRECT_UNUSED:
+			break;
+	}
+
 	values[0] = Int64GetDatum(act->id);
 	values[1] = Int32GetDatum(stripe);
 	values[2] = Int64GetDatum(units);

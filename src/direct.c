@@ -1,0 +1,567 @@
+/*
+ * direct.c
+ *		The fast path of rp_claim written against the executor's
+ *		simple-relation interfaces instead of SPI, for a single node (the
+ *		tables are not Citus-distributed).  It does what the fast path's one
+ *		SQL statement (stripe.c, take_and_claim) does, in the same order and
+ *		with the same visibility: after the user's and the stripe's locks, a
+ *		fresh snapshot; the duplicate probe on the claim's unique key; the
+ *		stripe row found by its key and updated only when it can pay, has a
+ *		packet left and is not halted (a row updated concurrently is followed
+ *		to its newest version and checked again, as READ COMMITTED does); the
+ *		claim inserted with claim_id from its column default's sequence and
+ *		claimed_at = now(); every index maintained and the tables' NOT NULL
+ *		and CHECK constraints checked.  It skips planning, plan revalidation
+ *		and executor start-up, which the profile shows are most of the SPI
+ *		path's cost.
+ *
+ *		It is not used, and the SPI path runs instead, when
+ *		redpacket.direct_claims is off, the tables are distributed, the
+ *		activity allows more than one claim per user, or either table is not
+ *		the plain table the SQL statement would write the same way: user
+ *		triggers on INSERT into claim or UPDATE of stripe (the README tells
+ *		users to add an AFTER INSERT trigger for wallet credits), rules,
+ *		row-level security, generated or extra columns, or a changed
+ *		claim_id default.  The relation and index OIDs and the column numbers
+ *		are found by name once and kept until a relcache invalidation of any
+ *		of them (ALTER, CREATE INDEX, DROP/CREATE EXTENSION).
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "redpacket.h"
+
+bool		rp_direct_claims = true;
+
+/* The columns the direct path reads and writes, by name. */
+enum
+{
+	C_ACTIVITY, C_CLAIM_ID, C_USER, C_REQUEST, C_KEY, C_AMOUNT, C_STRIPE, C_CLAIMED_AT,
+	C_NCOLS
+};
+enum
+{
+	S_ACTIVITY, S_STRIPE, S_BALANCE, S_PACKETS, S_CLAIMS, S_HALTED, S_NCOLS
+};
+static const char *const claim_cols[C_NCOLS] = {
+	"activity_id", "claim_id", "user_id", "request_id", "idempotency_key", "amount",
+	"stripe", "claimed_at"
+};
+static const Oid claim_types[C_NCOLS] = {
+	INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID
+};
+static const char *const stripe_cols[S_NCOLS] = {
+	"activity_id", "stripe", "balance", "packets", "claims", "halted"
+};
+static const Oid stripe_types[S_NCOLS] = {
+	INT8OID, INT4OID, INT8OID, INT4OID, INT8OID, BOOLOID
+};
+
+/* What the direct path needs to know about the tables, found once. */
+typedef struct DirectCache
+{
+	bool		valid;			/* filled in and not invalidated since */
+	bool		usable;			/* the tables have the expected shape */
+	Oid			claim;
+	Oid			claim_key;		/* unique (activity_id, user_id, idempotency_key) */
+	Oid			claim_seq;		/* the sequence of claim_id's default */
+	Oid			stripe;
+	Oid			stripe_key;		/* primary key (activity_id, stripe) */
+	AttrNumber	c[C_NCOLS];
+	AttrNumber	s[S_NCOLS];
+	Oid			key_coll[3];	/* collations of the claim key's columns */
+} DirectCache;
+
+static DirectCache cache;
+static uint64 cache_invals = 0;
+static bool callback_registered = false;
+
+static void
+DirectInvalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == cache.claim || relid == cache.claim_key ||
+		relid == cache.claim_seq || relid == cache.stripe || relid == cache.stripe_key)
+		cache.valid = false;
+	cache_invals++;
+}
+
+/* Column numbers of the named columns, checking their types. */
+static bool
+FindColumns(Relation rel, const char *const *names, const Oid *types, int n,
+			AttrNumber *out)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		out[i] = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), names[i]) == 0 &&
+				att->atttypid == types[i])
+				out[i] = att->attnum;
+		}
+		if (out[i] == InvalidAttrNumber)
+			return false;
+	}
+	/* no other live column: the SQL would fill it from its default */
+	for (int a = 0; a < desc->natts; a++)
+		live += TupleDescAttr(desc, a)->attisdropped ? 0 : 1;
+	return live == n;
+}
+
+/* The sequence of a "nextval('seq'::regclass)" column default, or InvalidOid. */
+static Oid
+DefaultSequence(Relation rel, AttrNumber attnum)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	for (int i = 0; constr != NULL && i < constr->num_defval; i++)
+	{
+		Node	   *expr;
+		FuncExpr   *f;
+		Const	   *c;
+
+		if (constr->defval[i].adnum != attnum)
+			continue;
+		expr = stringToNode(constr->defval[i].adbin);
+		if (!IsA(expr, FuncExpr))
+			return InvalidOid;
+		f = (FuncExpr *) expr;
+		if (f->funcid != F_NEXTVAL || list_length(f->args) != 1 ||
+			!IsA(linitial(f->args), Const))
+			return InvalidOid;
+		c = (Const *) linitial(f->args);
+		if (c->consttype != REGCLASSOID || c->constisnull)
+			return InvalidOid;
+		return DatumGetObjectId(c->constvalue);
+	}
+	return InvalidOid;
+}
+
+/*
+ * The btree index of rel whose key columns are exactly keys (of types
+ * keytypes, by the default equality of their opclass), unique, valid and
+ * without expressions or a predicate; InvalidOid if there is none.
+ */
+static Oid
+FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
+			 Oid *collations)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = idx->rd_index;
+		bool		match = ind->indisunique && ind->indisvalid && ind->indimmediate &&
+			idx->rd_rel->relam == BTREE_AM_OID &&
+			IndexRelationGetNumberOfKeyAttributes(idx) == n &&
+			RelationGetIndexExpressions(idx) == NIL &&
+			RelationGetIndexPredicate(idx) == NIL;
+
+		for (int k = 0; match && k < n; k++)
+			match = ind->indkey.values[k] == keys[k] && idx->rd_opcintype[k] == keytypes[k];
+		if (match && !OidIsValid(found))
+		{
+			found = RelationGetRelid(idx);
+			for (int k = 0; collations && k < n; k++)
+				collations[k] = idx->rd_indcollation[k];
+		}
+		index_close(idx, AccessShareLock);
+	}
+	list_free(indexes);
+	return found;
+}
+
+/* Look the tables up by name and check their shape. */
+static bool
+DirectCacheBuild(DirectCache *c)
+{
+	Oid			nsp = get_namespace_oid("redpacket", true);
+	Relation	claim;
+	Relation	stripe;
+	AttrNumber	keys[3];
+	Oid			keytypes[3] = {INT8OID, TEXTOID, TEXTOID};
+	Oid			pktypes[2] = {INT8OID, INT4OID};
+
+	memset(c, 0, sizeof(*c));
+	c->claim = OidIsValid(nsp) ? get_relname_relid("claim", nsp) : InvalidOid;
+	c->stripe = OidIsValid(nsp) ? get_relname_relid("stripe", nsp) : InvalidOid;
+	if (!OidIsValid(c->claim) || !OidIsValid(c->stripe))
+		return false;
+
+	claim = table_open(c->claim, AccessShareLock);
+	stripe = table_open(c->stripe, AccessShareLock);
+	if (claim->rd_rel->relkind == RELKIND_RELATION &&
+		stripe->rd_rel->relkind == RELKIND_RELATION &&
+		FindColumns(claim, claim_cols, claim_types, C_NCOLS, c->c) &&
+		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, c->s))
+	{
+		c->claim_seq = DefaultSequence(claim, c->c[C_CLAIM_ID]);
+		keys[0] = c->c[C_ACTIVITY];
+		keys[1] = c->c[C_USER];
+		keys[2] = c->c[C_KEY];
+		c->claim_key = FindKeyIndex(claim, keys, keytypes, 3, c->key_coll);
+		keys[0] = c->s[S_ACTIVITY];
+		keys[1] = c->s[S_STRIPE];
+		c->stripe_key = FindKeyIndex(stripe, keys, pktypes, 2, NULL);
+	}
+	table_close(stripe, AccessShareLock);
+	table_close(claim, AccessShareLock);
+	return OidIsValid(c->claim_seq) && OidIsValid(c->claim_key) && OidIsValid(c->stripe_key);
+}
+
+/* True when the cached shape is known and fit for the direct path. */
+static bool
+DirectCacheReady(void)
+{
+	uint64		invals;
+	DirectCache built;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(DirectInvalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	if (cache.valid)
+		return cache.usable;
+
+	/* an invalidation while building means the result may be stale already */
+	invals = cache_invals;
+	built.usable = DirectCacheBuild(&built);
+	built.valid = (invals == cache_invals);
+	cache = built;
+	return cache.usable && built.valid;
+}
+
+/*
+ * Whether the opened tables are written exactly as the SQL statement would
+ * write them: no user trigger or rule that the SQL would fire, no row-level
+ * security, no generated columns.  Checked on every call (the relcache
+ * entries are at hand), so a trigger created or dropped is seen at once.
+ */
+static bool
+PlainTables(Relation claim, Relation stripe)
+{
+	TriggerDesc *ct = claim->trigdesc;
+	TriggerDesc *st = stripe->trigdesc;
+	TupleConstr *cc = RelationGetDescr(claim)->constr;
+	TupleConstr *sc = RelationGetDescr(stripe)->constr;
+
+	if (ct && (ct->trig_insert_before_row || ct->trig_insert_after_row ||
+			   ct->trig_insert_instead_row || ct->trig_insert_before_statement ||
+			   ct->trig_insert_after_statement || ct->trig_insert_new_table))
+		return false;
+	if (st && (st->trig_update_before_row || st->trig_update_after_row ||
+			   st->trig_update_instead_row || st->trig_update_before_statement ||
+			   st->trig_update_after_statement || st->trig_update_old_table ||
+			   st->trig_update_new_table))
+		return false;
+	if (claim->rd_rel->relhasrules || stripe->rd_rel->relhasrules ||
+		claim->rd_rel->relrowsecurity || stripe->rd_rel->relrowsecurity)
+		return false;
+	if ((cc && cc->has_generated_stored) || (sc && sc->has_generated_stored))
+		return false;
+	return true;
+}
+
+/*
+ * The privileges the SQL statement would need (the function runs as the
+ * tables' owner, who has them unless revoked); without them the SQL runs
+ * and raises the error.
+ */
+static bool
+Permitted(Relation claim, Relation stripe)
+{
+	Oid			user = GetUserId();
+
+	return pg_class_aclmask(RelationGetRelid(claim), user, ACL_INSERT | ACL_SELECT,
+							ACLMASK_ALL) == (ACL_INSERT | ACL_SELECT) &&
+		pg_class_aclmask(RelationGetRelid(stripe), user, ACL_UPDATE | ACL_SELECT,
+						 ACLMASK_ALL) == (ACL_UPDATE | ACL_SELECT);
+}
+
+/* One table written by the direct path, with its indexes open. */
+static ResultRelInfo *
+OpenTarget(Oid relid)
+{
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+	InitResultRelInfo(rri, table_open(relid, RowExclusiveLock), 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	return rri;
+}
+
+static void
+CloseTarget(ResultRelInfo *rri)
+{
+	ExecCloseIndices(rri);
+	table_close(rri->ri_RelationDesc, NoLock);
+}
+
+/*
+ * Find the row of the index key (equality on every key column) visible to
+ * the snapshot into slot.  Returns false if there is none.
+ */
+static bool
+FetchByKey(Relation rel, Oid index, Snapshot snap, ScanKey keys, int nkeys,
+		   TupleTableSlot *slot)
+{
+	Relation	idx = index_open(index, RowExclusiveLock);
+	IndexScanDesc scan = index_beginscan(rel, idx, snap, nkeys, 0);
+	bool		found;
+
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	index_close(idx, NoLock);
+	return found;
+}
+
+/* Can the stripe row in slot pay units for one more packet? */
+static bool
+StripeCanPay(TupleTableSlot *slot, int64 units)
+{
+	bool		isnull;
+	Datum		d;
+
+	d = slot_getattr(slot, cache.s[S_HALTED], &isnull);
+	if (isnull || DatumGetBool(d))
+		return false;
+	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
+	if (isnull || DatumGetInt64(d) < units)
+		return false;
+	d = slot_getattr(slot, cache.s[S_PACKETS], &isnull);
+	return isnull || DatumGetInt32(d) > 0;
+}
+
+/* The row of old with units, one packet and one more claim taken. */
+static void
+StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
+{
+	int64		claims;
+
+	slot_getallattrs(old);
+	ExecClearTuple(new);
+	memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
+	memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
+	new->tts_values[cache.s[S_BALANCE] - 1] =
+		Int64GetDatum(DatumGetInt64(old->tts_values[cache.s[S_BALANCE] - 1]) - units);
+	if (!old->tts_isnull[cache.s[S_PACKETS] - 1])
+		new->tts_values[cache.s[S_PACKETS] - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[cache.s[S_PACKETS] - 1]) - 1);
+	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[cache.s[S_CLAIMS] - 1]), 1, &claims))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	new->tts_values[cache.s[S_CLAIMS] - 1] = Int64GetDatum(claims);
+	ExecStoreVirtualTuple(new);
+}
+
+/*
+ * The stripe's conditional decrement: UPDATE ... WHERE key AND balance >=
+ * units AND packets left AND NOT halted, under READ COMMITTED.  A row
+ * updated since the snapshot is locked in its newest version and checked
+ * again, as the executor's EvalPlanQual does.  Returns false, having
+ * written nothing, when the stripe cannot pay or is gone.
+ */
+static bool
+DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int64 units)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
+	TupleTableSlot *new = table_slot_create(rel, &estate->es_tupleTable);
+	ScanKeyData keys[2];
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
+	if (!FetchByKey(rel, cache.stripe_key, estate->es_snapshot, keys, 2, old))
+		return false;
+
+	for (;;)
+	{
+		TM_Result	r;
+		ItemPointerData tid = old->tts_tid;
+		bool		isnull;
+
+		if (!StripeCanPay(old, units))
+			return false;
+		StripeDebited(old, new, units);
+		if (RelationGetDescr(rel)->constr)
+			ExecConstraints(rri, new, estate);
+		r = table_tuple_update(rel, &tid, new, estate->es_output_cid,
+							   estate->es_snapshot, InvalidSnapshot, true,
+							   &tmfd, &lockmode, &update_indexes);
+		if (r == TM_Ok)
+			break;
+		if (r == TM_Deleted)
+			return false;
+		if (r == TM_SelfModified)
+		{
+			/* as ExecUpdate: a row a trigger of ours changed is an error */
+			if (tmfd.cmax != estate->es_output_cid)
+				ereport(ERROR,
+						(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
+						 errmsg("stripe %d of activity " INT64_FORMAT " was already modified by an operation triggered by the current command",
+								stripe, activity)));
+			return false;
+		}
+		if (r != TM_Updated)
+			elog(ERROR, "unexpected result %d updating stripe %d", (int) r, stripe);
+
+		/* READ COMMITTED: lock the newest version and check it again */
+		r = table_tuple_lock(rel, &tid, estate->es_snapshot, old,
+							 estate->es_output_cid, lockmode, LockWaitBlock,
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (r == TM_Deleted)
+			return false;
+		if (r != TM_Ok)
+			elog(ERROR, "unexpected result %d locking stripe %d", (int) r, stripe);
+		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != activity ||
+			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
+			return false;
+	}
+	if (update_indexes && rri->ri_NumIndices > 0)
+		list_free(ExecInsertIndexTuples(rri, new, estate, true, false, NULL, NIL));
+	return true;
+}
+
+/* Is there a claim under the claim's key visible to the snapshot? */
+static bool
+ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fast,
+			TupleTableSlot *slot)
+{
+	ScanKeyData keys[3];
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->user_id));
+	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->key));
+	for (int k = 0; k < 3; k++)
+		keys[k].sk_collation = cache.key_coll[k];
+	return FetchByKey(rel, cache.claim_key, snap, keys, 3, slot);
+}
+
+/* INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()) */
+static void
+InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 activity,
+			int stripe, RpFastClaim *fast)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	int			natts = RelationGetDescr(rel)->natts;
+
+	fast->claim_id = nextval_internal(cache.claim_seq, true);
+	fast->claimed_at = GetCurrentTransactionStartTimestamp();
+
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, sizeof(bool) * natts);
+	slot->tts_values[cache.c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
+	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fast->claim_id);
+	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fast->user_id);
+	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fast->request_id);
+	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fast->key);
+	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fast->amount);
+	slot->tts_values[cache.c[C_STRIPE] - 1] = Int32GetDatum(stripe);
+	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fast->claimed_at);
+	for (int i = 0; i < C_NCOLS; i++)
+		slot->tts_isnull[cache.c[i] - 1] = false;
+	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fast->request_id == NULL);
+	ExecStoreVirtualTuple(slot);
+
+	if (RelationGetDescr(rel)->constr)
+		ExecConstraints(rri, slot, estate);
+	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
+	if (rri->ri_NumIndices > 0)
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+}
+
+/* The checks, the decrement and the insert, with the tables open. */
+static RpDirectResult
+DirectWrite(EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
+			const RpActivity *act, int stripe_no, int64 units, RpFastClaim *fast)
+{
+	TupleTableSlot *cslot = table_slot_create(claim->ri_RelationDesc, &estate->es_tupleTable);
+
+	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fast, cslot))
+		return RP_DIRECT_DIVERT;
+	CheckCmdReplicaIdentity(stripe->ri_RelationDesc, CMD_UPDATE);
+	if (!DebitStripe(stripe, estate, act->id, stripe_no, units))
+		return RP_DIRECT_DIVERT;
+	InsertClaim(claim, estate, cslot, act->id, stripe_no, fast);
+	return RP_DIRECT_TOOK;
+}
+
+/*
+ * The fast path's one attempt on a stripe whose lock the caller holds,
+ * with the user's lock held and under READ COMMITTED: RP_DIRECT_TOOK (the
+ * stripe paid and the claim is inserted, fast->claim_id and claimed_at
+ * set), RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
+ * RP_DIRECT_UNUSED (the direct path does not apply: run the SQL).
+ */
+RpDirectResult
+RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+{
+	EState	   *estate;
+	MemoryContext old;
+	ResultRelInfo *claim;
+	ResultRelInfo *stripes;
+	RpDirectResult result = RP_DIRECT_UNUSED;
+
+	if (!rp_direct_claims || act->per_user_limit != 1 || RpDistributed() ||
+		!DirectCacheReady())
+		return RP_DIRECT_UNUSED;
+
+	estate = CreateExecutorState();
+	old = MemoryContextSwitchTo(estate->es_query_cxt);
+	claim = OpenTarget(cache.claim);
+	stripes = OpenTarget(cache.stripe);
+	if (PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
+		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
+	{
+		/* as SPI does for each statement: see our own earlier writes */
+		CommandCounterIncrement();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		estate->es_snapshot = GetActiveSnapshot();
+		estate->es_output_cid = GetCurrentCommandId(true);
+		result = DirectWrite(estate, claim, stripes, act, stripe, units, fast);
+		PopActiveSnapshot();
+		if (result == RP_DIRECT_TOOK)
+			ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path")));
+	}
+	else
+		ereport(DEBUG1,
+				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe has triggers, rules, row security or generated columns, or a privilege is missing")));
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	CloseTarget(stripes);
+	CloseTarget(claim);
+	MemoryContextSwitchTo(old);
+	FreeExecutorState(estate);
+	return result;
+}
