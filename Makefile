@@ -25,9 +25,17 @@ PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
 REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/redpacket--%,$(wildcard sql/*.sql))))
 REGRESS_OPTS = --load-extension=redpacket --temp-instance=./tmp_check \
                --temp-config=test/regress.conf
+# TEMP_CONFIG (as for PostgreSQL's own tests): a file of extra settings for
+# the temporary instances, e.g. test/spi_path.conf in test/run_all.sh.
+ifdef TEMP_CONFIG
+REGRESS_OPTS += --temp-config=$(TEMP_CONFIG)
+endif
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
 ISOLATION_OPTS = --load-extension=redpacket --inputdir=test --outputdir=test/output_iso \
                  --temp-instance=./tmp_check_iso --temp-config=test/regress.conf
+ifdef TEMP_CONFIG
+ISOLATION_OPTS += --temp-config=$(TEMP_CONFIG)
+endif
 TAP_TESTS = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 

@@ -534,9 +534,14 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	ResultRelInfo *stripes;
 	RpDirectResult result = RP_DIRECT_UNUSED;
 
-	if (!rp_direct_claims || act->per_user_limit != 1 || RpDistributed() ||
-		!DirectCacheReady())
+	if (!rp_direct_claims || act->per_user_limit != 1 || RpDistributed())
 		return RP_DIRECT_UNUSED;
+	if (!DirectCacheReady())
+	{
+		ereport(DEBUG1,
+				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
+		return RP_DIRECT_UNUSED;
+	}
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);

@@ -169,5 +169,18 @@ else
 fi
 suite stress 10m diag_none bash test/stress/run.sh
 
+# The claim suites again with rp_claim's fast path forced through its SQL
+# statement (redpacket.direct_claims = off, test/spi_path.conf): the
+# executor-direct path (src/direct.c) is the default everywhere above, and
+# both paths must pass.  TEMP_CONFIG reaches pg_regress and isolation
+# (Makefile), PostgreSQL::Test::Cluster and the stress cluster (test/lib/cluster.sh).
+SPI_TAP="test/t/013_wallet_cdc.pl test/t/101_crash.pl test/t/105_isolation_levels.pl test/t/106_claim_load.pl"
+SPI=(env TEMP_CONFIG="$WORK/test/spi_path.conf")
+suite regress-spi 10m diag_regress "${SPI[@]}" make installcheck "${MAKE_ARGS[@]}" ISOLATION= TAP_TESTS=
+suite isolation-spi 10m diag_isolation "${SPI[@]}" make installcheck "${MAKE_ARGS[@]}" REGRESS= TAP_TESTS=
+suite tap-spi 15m diag_tap "${SPI[@]}" make installcheck "${MAKE_ARGS[@]}" REGRESS= ISOLATION= \
+    PROVE_TESTS="$SPI_TAP"
+suite stress-spi 10m diag_none "${SPI[@]}" bash test/stress/run.sh
+
 summary
 [ "$failed" -eq 0 ]

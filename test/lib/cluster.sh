@@ -90,6 +90,8 @@ rp_cluster_start() {
         for line in "${RP_CONF[@]}" "$@"; do
             echo "$line"
         done
+        # extra settings, as PostgreSQL's own test clusters take them
+        [ -z "${TEMP_CONFIG:-}" ] || cat "$TEMP_CONFIG"
     } >>"$RP_DIR/data/postgresql.conf"
     for try in 1 2 3 4 5; do
         PGPORT=$(rp_free_port)
