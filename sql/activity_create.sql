@@ -23,10 +23,12 @@ CROSS JOIN LATERAL (
 WHERE a.id = aid
 $$;
 
--- Defaults: 16 stripes (GUC default), scale 2, per_user_limit 1, starts now,
--- no end, no packet cap.
+-- Defaults: the stripes of redpacket.stripes (16 in test/regress.conf; its
+-- boot default is 64), scale 2, per_user_limit 1, starts now, no end, no
+-- packet cap.
 SELECT redpacket.rp_create_activity(100.00) AS a1 \gset
 SHOW redpacket.stripes;
+SELECT boot_val AS stripes_boot_default FROM pg_settings WHERE name = 'redpacket.stripes';
 SELECT name, total, packets, scale, stripes, per_user_limit,
        starts_at = created_at AS starts_at_is_now, ends_at, closed_at, frozen_reason
 FROM redpacket.activity WHERE id = :a1;

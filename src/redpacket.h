@@ -26,7 +26,7 @@
 #endif
 
 /* GUC bounds and defaults */
-#define RP_DEFAULT_STRIPES 16
+#define RP_DEFAULT_STRIPES 64
 #define RP_MIN_STRIPES 1
 #define RP_MAX_STRIPES 1024
 #define RP_DEFAULT_RECONCILE_INTERVAL 60
