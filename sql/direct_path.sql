@@ -112,6 +112,15 @@ SELECT * FROM pg_temp.books(:a);
 DROP TABLE public.wallet, public.statement_calls;
 DROP FUNCTION public.credit_wallet(), public.count_statement();
 
+-- A read-only transaction (as on a standby) gets the SQL's 25006 on both paths.
+BEGIN READ ONLY;
+SELECT status FROM redpacket.rp_claim(:a, 'ro', 1.00);
+ROLLBACK;
+BEGIN READ ONLY;
+SET LOCAL redpacket.direct_claims = off;
+SELECT status FROM redpacket.rp_claim(:a, 'ro', 1.00);
+ROLLBACK;
+
 -- An activity with several claims per user always takes the SPI path
 -- (the limit check is not in the direct path).
 SELECT redpacket.rp_create_activity(10.00, stripes => 1, per_user_limit => 2) AS r \gset

@@ -16,7 +16,8 @@
  *		path's cost.
  *
  *		It is not used, and the SPI path runs instead, when
- *		redpacket.direct_claims is off, the tables are distributed, the
+ *		redpacket.direct_claims is off, the transaction is read-only (the SQL
+ *		raises the error), the tables are distributed, the
  *		activity allows more than one claim per user, or either table is not
  *		the plain table the SQL statement would write the same way: user
  *		triggers on INSERT into claim or UPDATE of stripe (the README tells
@@ -534,7 +535,9 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	ResultRelInfo *stripes;
 	RpDirectResult result = RP_DIRECT_UNUSED;
 
-	if (!rp_direct_claims || act->per_user_limit != 1 || RpDistributed())
+	/* a read-only transaction (or a standby): the SQL raises 25006 */
+	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly ||
+		IsInParallelMode() || RpDistributed())
 		return RP_DIRECT_UNUSED;
 	if (!DirectCacheReady())
 	{
