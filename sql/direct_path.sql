@@ -113,6 +113,7 @@ DROP TABLE public.wallet, public.statement_calls;
 DROP FUNCTION public.credit_wallet(), public.count_statement();
 
 -- A read-only transaction (as on a standby) gets the SQL's 25006 on both paths.
+\set VERBOSITY terse
 BEGIN READ ONLY;
 SELECT status FROM redpacket.rp_claim(:a, 'ro', 1.00);
 ROLLBACK;
@@ -120,6 +121,7 @@ BEGIN READ ONLY;
 SET LOCAL redpacket.direct_claims = off;
 SELECT status FROM redpacket.rp_claim(:a, 'ro', 1.00);
 ROLLBACK;
+\set VERBOSITY default
 
 -- An activity with several claims per user always takes the SPI path
 -- (the limit check is not in the direct path).
