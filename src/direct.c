@@ -22,8 +22,11 @@
  *		the plain table the SQL statement would write the same way: user
  *		triggers on INSERT into claim or UPDATE of stripe (the README tells
  *		users to add an AFTER INSERT trigger for wallet credits), rules,
- *		row-level security, generated or extra columns, or a changed
- *		claim_id default.  The relation and index OIDs and the column numbers
+ *		row-level security, inheritance children or a parent, generated or
+ *		extra columns, a column typmod, or a changed claim_id default; nor
+ *		when an auditing or access-control module hooks the executor's
+ *		permission checks (ExecutorCheckPerms_hook), or the tables changed
+ *		while the call waited for their locks.  The relation and index OIDs and the column numbers
  *		are found by name once and kept until a relcache invalidation of any
  *		of them (ALTER, CREATE INDEX, DROP/CREATE EXTENSION).
  */
@@ -31,6 +34,7 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -120,8 +124,9 @@ FindColumns(Relation rel, const char *const *names, const Oid *types, int n,
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, a);
 
+			/* a typmod would make the SQL coerce the value: not plain */
 			if (!att->attisdropped && strcmp(NameStr(att->attname), names[i]) == 0 &&
-				att->atttypid == types[i])
+				att->atttypid == types[i] && att->atttypmod == -1)
 				out[i] = att->attnum;
 		}
 		if (out[i] == InvalidAttrNumber)
@@ -286,6 +291,15 @@ PlainTables(Relation claim, Relation stripe)
 	if (claim->rd_rel->relhasrules || stripe->rd_rel->relhasrules ||
 		claim->rd_rel->relrowsecurity || stripe->rd_rel->relrowsecurity)
 		return false;
+
+	/*
+	 * The SQL reads a table with its inheritance children (the duplicate
+	 * check must see a claim kept in a child) and checks a partition's
+	 * constraint on insert.
+	 */
+	if (claim->rd_rel->relhassubclass || stripe->rd_rel->relhassubclass ||
+		claim->rd_rel->relispartition || stripe->rd_rel->relispartition)
+		return false;
 	if ((cc && cc->has_generated_stored) || (sc && sc->has_generated_stored))
 		return false;
 	return true;
@@ -311,9 +325,13 @@ Permitted(Relation claim, Relation stripe)
 static ResultRelInfo *
 OpenTarget(Oid relid)
 {
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	Relation	rel = try_relation_open(relid, RowExclusiveLock);
+	ResultRelInfo *rri;
 
-	InitResultRelInfo(rri, table_open(relid, RowExclusiveLock), 0, NULL, 0);
+	if (rel == NULL)
+		return NULL;			/* dropped while the cache was built */
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	return rri;
 }
@@ -321,6 +339,8 @@ OpenTarget(Oid relid)
 static void
 CloseTarget(ResultRelInfo *rri)
 {
+	if (rri == NULL)
+		return;
 	ExecCloseIndices(rri);
 	table_close(rri->ri_RelationDesc, NoLock);
 }
@@ -539,6 +559,9 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly ||
 		IsInParallelMode() || RpDistributed())
 		return RP_DIRECT_UNUSED;
+	/* an auditing or access-control module checks what the executor writes */
+	if (ExecutorCheckPerms_hook != NULL)
+		return RP_DIRECT_UNUSED;
 	if (!DirectCacheReady())
 	{
 		ereport(DEBUG1,
@@ -549,8 +572,15 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
 	claim = OpenTarget(cache.claim);
-	stripes = OpenTarget(cache.stripe);
-	if (PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
+	stripes = claim ? OpenTarget(cache.stripe) : NULL;
+
+	/*
+	 * Taking the tables' locks may have waited for an ALTER and processed
+	 * its invalidation: what was cached before may be stale.  The SQL path
+	 * serves this call; the next one rebuilds the cache.
+	 */
+	if (claim && stripes && cache.valid &&
+		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
 		/* as SPI does for each statement: see our own earlier writes */
@@ -565,7 +595,7 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	}
 	else
 		ereport(DEBUG1,
-				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe has triggers, rules, row security or generated columns, or a privilege is missing")));
+				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe changed, or has triggers, rules, row security, inheritance or generated columns, or a privilege is missing")));
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	CloseTarget(stripes);
 	CloseTarget(claim);
