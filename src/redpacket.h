@@ -266,6 +266,8 @@ extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
+extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
+							 RpFastClaim *fast);
 
 /* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);

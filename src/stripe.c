@@ -199,6 +199,8 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
+	if (RpDistributed())		/* Citus: the same claim on the local shards */
+		return RpShardFastClaim(act, stripe, units, fast) ? RP_TRY_TOOK : RP_TRY_DIVERT;
 	values[0] = Int64GetDatum(act->id);
 	values[1] = Int32GetDatum(stripe);
 	values[2] = Int64GetDatum(units);
