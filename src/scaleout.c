@@ -66,21 +66,24 @@ static Oid	dist_relid = InvalidOid;
 static bool dist_callback_registered = false;
 
 /*
- * The last activity the fast path claimed on here: its shards of
- * redpacket.stripe and redpacket.claim on this node.  Forgotten on any
- * relcache invalidation: Citus sends one for the distributed table whenever
- * a placement of its shards changes (a move, a split).
+ * Activities held by this node, with their shards of redpacket.stripe and
+ * redpacket.claim: the node guard and the fast path look them up here
+ * instead of in Citus's catalogs.  Forgotten on any relcache invalidation:
+ * Citus sends one for the distributed table whenever a placement of its
+ * shards changes (a move, a split).
  */
 typedef struct RpLocalShards
 {
-	int64		activity;		/* 0: nothing cached */
+	int64		activity;		/* hash key */
 	uint64		stripe_shard;
 	uint64		claim_shard;
 	Oid			stripe_rel;
 	Oid			claim_rel;
 } RpLocalShards;
 
-static RpLocalShards local_shards;
+#define RP_LOCAL_SHARDS_MAX 4096	/* entries kept; then the cache starts over */
+
+static HTAB *local_shards = NULL;
 
 /*
  * The activity's shard ids, and the shard tables when this node holds
@@ -99,12 +102,18 @@ static RpPlan shards_of = {
 	1, {INT8OID}
 };
 
+static bool FindLocalShards(int64 activity, bool lock, RpLocalShards *out);
+
 static void
 DistInvalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == dist_relid)
 		dist_state = RP_DIST_UNKNOWN;
-	local_shards.activity = 0;
+	if (local_shards != NULL)
+	{
+		hash_destroy(local_shards);
+		local_shards = NULL;
+	}
 }
 
 /* Must be called inside SPI_connect. */
@@ -170,8 +179,9 @@ RpActivityPlacement(int64 activity, char **where)
 	Datum		id = Int64GetDatum(activity);
 	bool		isnull;
 	bool		local;
+	RpLocalShards shards;
 
-	if (DistState() == RP_DIST_LOCAL)
+	if (DistState() == RP_DIST_LOCAL || FindLocalShards(activity, false, &shards))
 		return true;
 	if (RpExec(&placement, &id, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the shard placement of activity " INT64_FORMAT, activity);
@@ -235,6 +245,7 @@ typedef enum RpShardStmt
 	RP_SHARD_CHECK,
 	RP_SHARD_TAKE,
 	RP_SHARD_INSERT,
+	RP_SHARD_BATCH_INSERT,
 	RP_SHARD_NSTMT
 } RpShardStmt;
 
@@ -254,14 +265,28 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" VALUES ($1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
 	"         $2, $3, $4, $5, $6, $7)"
+	" RETURNING claim_id, claimed_at",
+	/* batch.c's insert_claims */
+	"INSERT INTO %s"
+	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
+	" SELECT $1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
+	"        k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
+	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($3::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($4::pg_catalog.text[]),"
+	"                   pg_catalog.unnest($5::pg_catalog.numeric[]),"
+	"                   pg_catalog.unnest($6::pg_catalog.int4[]))"
+	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)"
+	"  ORDER BY k.ord"
 	" RETURNING claim_id, claimed_at"
 };
 
-static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 7};
+static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 7, 6};
 static const Oid shard_argtypes[RP_SHARD_NSTMT][7] = {
 	{INT8OID, TEXTOID, TEXTOID},
 	{INT8OID, INT4OID, INT8OID},
-	{INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID}
+	{INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID},
+	{INT8OID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, NUMERICARRAYOID, INT4ARRAYOID}
 };
 
 /* Prepared statements per shard table, kept for the life of the backend. */
@@ -317,39 +342,75 @@ LockShardMetadata(uint64 shardid)
 	(void) LockAcquire(&tag, ShareLock, false, false);
 }
 
-/* Fill local_shards for the activity; false when this node does not hold it. */
+static RpLocalShards *
+CachedShards(int64 activity)
+{
+	if (local_shards == NULL)
+		return NULL;
+	return hash_search(local_shards, &activity, HASH_FIND, NULL);
+}
+
+/*
+ * Whether this node holds the activity, with its shards in *out.  With lock,
+ * share-locks the shards' metadata first, so that the answer holds to the
+ * end of the transaction (the fast path writes the shard tables).  Must be
+ * called inside SPI_connect.
+ */
 static bool
-FindLocalShards(int64 activity)
+FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 {
 	Datum		id = Int64GetDatum(activity);
 	bool		n1, n2, n3, n4, n5;
-	RpLocalShards found;
+	RpLocalShards *e;
 
-	for (int round = 0; round < 2; round++)
+	AcceptInvalidationMessages();
+	if ((e = CachedShards(activity)) != NULL)
 	{
-		if (local_shards.activity == activity)
+		*out = *e;
+		if (!lock)
 			return true;
+		LockShardMetadata(out->stripe_shard);
+		LockShardMetadata(out->claim_shard);
+		AcceptInvalidationMessages();	/* a move may have committed meanwhile */
+		if (CachedShards(activity) != NULL)
+			return true;
+	}
+
+	if (RpExec(&shards_of, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not find the shards of activity " INT64_FORMAT, activity);
+	out->activity = activity;
+	out->stripe_shard = (uint64) DatumGetInt64(RpGetDatum(0, 1, &n1));
+	out->claim_shard = (uint64) DatumGetInt64(RpGetDatum(0, 2, &n2));
+	out->stripe_rel = DatumGetObjectId(RpGetDatum(0, 4, &n4));
+	out->claim_rel = DatumGetObjectId(RpGetDatum(0, 5, &n5));
+	if (n1 || n2 || n4 || n5 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
+		return false;
+	if (lock)
+	{
+		/* Citus locks first, then reads the placement: do the same. */
+		LockShardMetadata(out->stripe_shard);
+		LockShardMetadata(out->claim_shard);
 		if (RpExec(&shards_of, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not find the shards of activity " INT64_FORMAT, activity);
-		found.stripe_shard = (uint64) DatumGetInt64(RpGetDatum(0, 1, &n1));
-		found.claim_shard = (uint64) DatumGetInt64(RpGetDatum(0, 2, &n2));
-		found.stripe_rel = DatumGetObjectId(RpGetDatum(0, 4, &n4));
-		found.claim_rel = DatumGetObjectId(RpGetDatum(0, 5, &n5));
-		if (n1 || n2 || n4 || n5 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
+		if (!DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
 			return false;
-
-		/*
-		 * Lock first, then trust the placement: a move that committed before
-		 * the lock was granted sent its invalidation, which clears the cache;
-		 * then read again.
-		 */
-		LockShardMetadata(found.stripe_shard);
-		LockShardMetadata(found.claim_shard);
-		found.activity = activity;
-		local_shards = found;
-		AcceptInvalidationMessages();
 	}
-	return local_shards.activity == activity;
+
+	if (local_shards == NULL || hash_get_num_entries(local_shards) >= RP_LOCAL_SHARDS_MAX)
+	{
+		HASHCTL		ctl;
+
+		if (local_shards != NULL)
+			hash_destroy(local_shards);
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(RpLocalShards);
+		ctl.hcxt = TopMemoryContext;
+		local_shards = hash_create("redpacket local shards", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(local_shards, &activity, HASH_ENTER, NULL);
+	*e = *out;
+	return true;
 }
 
 bool
@@ -359,14 +420,16 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 	char		nulls[7] = {' ', ' ', fast->request_id ? ' ' : 'n', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int			rc;
+	RpLocalShards shards;
+	RpLocalShards *sh = &shards;
 
-	if (!FindLocalShards(act->id))
+	if (!FindLocalShards(act->id, true, &shards))
 		return false;
 
 	args[0] = Int64GetDatum(act->id);
 	args[1] = PointerGetDatum(fast->user_id);
 	args[2] = PointerGetDatum(fast->key);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, local_shards.claim_rel), args, NULL, true, 1);
+	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, true, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not look up the claims of the user");
 	if ((DatumGetBool(RpGetDatum(0, 2, &isnull)) && !isnull) ||
@@ -375,7 +438,7 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 
 	args[1] = Int32GetDatum(stripe);
 	args[2] = Int64GetDatum(units);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_TAKE, local_shards.stripe_rel), args, NULL, false, 0);
+	rc = SPI_execute_plan(ShardPlan(RP_SHARD_TAKE, sh->stripe_rel), args, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update stripe %d", stripe);
 	if (SPI_processed == 0)
@@ -388,10 +451,28 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 	args[5] = Int32GetDatum(stripe);
 	/* what now() is in this transaction, as the single-node statement writes */
 	args[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_INSERT, local_shards.claim_rel), args, nulls, false, 0);
+	rc = SPI_execute_plan(ShardPlan(RP_SHARD_INSERT, sh->claim_rel), args, nulls, false, 0);
 	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "could not insert the claim on stripe %d", stripe);
 	fast->claim_id = RpGetInt64(0, 1, 0);
 	fast->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
 	return true;
+}
+
+/*
+ * batch.c's INSERT of a batch's claims on a Citus node: Citus would run an
+ * INSERT ... SELECT from unnest through an intermediate result (a COPY into
+ * the shard); the same statement on the local shard table is a plain one.
+ * The batch's node guard made sure the activity is held here.  Returns the
+ * SPI result.
+ */
+int
+RpShardInsertClaims(int64 activity, Datum *values)
+{
+	RpLocalShards shards;
+
+	if (!FindLocalShards(activity, true, &shards))
+		RpRequireLocalActivity(activity);	/* raises the guard's error */
+	return SPI_execute_plan(ShardPlan(RP_SHARD_BATCH_INSERT, shards.claim_rel),
+							values, NULL, false, 0);
 }
