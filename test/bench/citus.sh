@@ -22,9 +22,10 @@
 # Environment: PG_CONFIG (the build, default the system one), CLIENTS (16),
 # SECONDS_PER_RUN (15), ROUNDS (2), STRIPES (64), CITUS_BENCH_PORT (57000:
 # uses that port and the next three), CITUS_BENCH_KEEP=1 (leave the servers
-# running and print how to reach them), CITUS_BENCH_OUT (the markdown written,
-# default test/bench/results/citus-run.md; results/citus.md is the
-# hand-written record).  Run as root or as postgres (initdb refuses root).
+# running and print how to reach them), PROTOCOL (pgbench -M: simple, the
+# default, or prepared), CITUS_BENCH_OUT (the markdown written, default
+# test/bench/results/citus.md).  Run as root or as postgres (initdb refuses
+# root).  About 3 minutes with the defaults.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,7 +35,8 @@ SECS=${SECONDS_PER_RUN:-15}
 ROUNDS=${ROUNDS:-2}
 STRIPES=${STRIPES:-64}
 BASE=${CITUS_BENCH_PORT:-57000}
-OUT=${CITUS_BENCH_OUT:-$HERE/results/citus-run.md}
+OUT=${CITUS_BENCH_OUT:-$HERE/results/citus.md}
+PROTOCOL=${PROTOCOL:-simple}
 
 if [ "$(id -u)" -eq 0 ]; then
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-bench-citus.XXXXXX")
@@ -42,7 +44,7 @@ if [ "$(id -u)" -eq 0 ]; then
     chown -R postgres: "$tmp"
     rc=0
     runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" CLIENTS="$CLIENTS" SECONDS_PER_RUN="$SECS" \
-        ROUNDS="$ROUNDS" STRIPES="$STRIPES" CITUS_BENCH_PORT="$BASE" \
+        ROUNDS="$ROUNDS" STRIPES="$STRIPES" CITUS_BENCH_PORT="$BASE" PROTOCOL="$PROTOCOL" \
         CITUS_BENCH_KEEP="${CITUS_BENCH_KEEP:-0}" CITUS_BENCH_OUT="$tmp/out.md" \
         TMPDIR="$tmp" bash "$tmp/citus.sh" || rc=$?
     if [ -f "$tmp/out.md" ]; then
@@ -171,7 +173,7 @@ declare -A TPS RETRIED FAILED
 run() {
     local label=$1 node=$2 script=$3 vars=$4 out tps retr fail
     # shellcheck disable=SC2086
-    out=$("$BIN/pgbench" -n -c "$CLIENTS" -j 2 -T "$SECS" --max-tries=20 -f "$DIR/$script" $vars \
+    out=$("$BIN/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j 2 -T "$SECS" --max-tries=20 -f "$DIR/$script" $vars \
           -h 127.0.0.1 -p "$(port_of "$node")" postgres 2>&1) || { echo "$out" >&2; exit 1; }
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
     retr=$(sed -n 's/^number of transactions retried: \([0-9]*\).*/\1/p' <<<"$out")
@@ -208,7 +210,8 @@ S=$(median <<<"${TPS[single]}")
     echo
     echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, worker, coord2),"
     echo "one activity of 1,000,000.00 in $STRIPES stripes per target, rp_claim of 0.01 by a new user each,"
-    echo "fsync off on every server; $(nproc) cores; load average at each round's start: ${LOADS[*]}."
+    echo "pgbench -M $PROTOCOL, fsync off on every server; $(nproc) cores shared with other work;"
+    echo "load average at each round's start: ${LOADS[*]}."
     echo "Citus $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'citus'"),"
     echo "redpacket $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'")."
     echo
