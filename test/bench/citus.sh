@@ -142,7 +142,7 @@ SELECT status FROM redpacket.rp_claim(:act, 'c' || :client_id || '-' || :n, 0.01
 EOF
 cat >"$DIR/two.pgbench" <<'EOF'
 \set n random(1, 2000000000)
-\set act (:client_id % 2 = 0) ? :a1 : :a2
+\set act case when :client_id % 2 = 0 then :a1 else :a2 end
 SELECT status FROM redpacket.rp_claim(:act, 'c' || :client_id || '-' || :n, 0.01);
 EOF
 
@@ -169,12 +169,32 @@ check() {
     fi
 }
 
-declare -A TPS RETRIED FAILED
+# CPU time of a group of servers so far, in clock ticks: every postmaster's
+# own and its exited children's (the backends of a finished run).
+cpu_ticks() {
+    local n p sum=0 f
+    for n in "$@"; do
+        p=$(head -1 "$DIR/$n/postmaster.pid")
+        read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
+        sum=$((sum + f[11] + f[12] + f[13] + f[14]))
+    done
+    echo "$sum"
+}
+
+declare -A TPS RETRIED FAILED CPU
 run() {
-    local label=$1 node=$2 script=$3 vars=$4 out tps retr fail
+    local label=$1 node=$2 script=$3 vars=$4 out tps retr fail c0 c1 n servers
+    servers=(coord worker1 worker2)
+    [ "$node" = single ] && servers=(single)
+    c0=$(cpu_ticks "${servers[@]}")
     # shellcheck disable=SC2086
     out=$("$BIN/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j 2 -T "$SECS" --max-tries=20 -f "$DIR/$script" $vars \
           -h 127.0.0.1 -p "$(port_of "$node")" postgres 2>&1) || { echo "$out" >&2; exit 1; }
+    sleep 1     # let the backends of the run exit and be counted
+    c1=$(cpu_ticks "${servers[@]}")
+    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    CPU[$label]="${CPU[$label]:-} $(awk -v c=$((c1 - c0)) -v t="$(getconf CLK_TCK)" -v n="$n" \
+        'BEGIN {printf "%.3f", c * 1000 / t / n}')"
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
     retr=$(sed -n 's/^number of transactions retried: \([0-9]*\).*/\1/p' <<<"$out")
     fail=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
@@ -188,7 +208,7 @@ run() {
 LOADS=()
 for r in $(seq 1 "$ROUNDS"); do
     echo "round $r" >&2
-    LOADS+=("$(cut -d' ' -f1-3 /proc/loadavg)")
+    LOADS+=("$(cut -d' ' -f1 /proc/loadavg)")
     run single single one.pgbench "-D act=$AS";            check single "$AS"
     run coord coord one.pgbench "-D act=$A1";              check coord "$A1"
     run worker worker1 one.pgbench "-D act=$A1";           check coord "$A1"
@@ -204,23 +224,44 @@ done
 crashes=$(cat "$DIR"/coord.log "$DIR"/worker?.log | grep -c 'terminated by signal\|exited with exit code' || true)
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-S=$(median <<<"${TPS[single]}")
+# The ratio that means something on a shared machine: each target against the
+# single node of the same round (run back to back), then the median of those.
+ratios() {
+    local t=($1) s=(${TPS[single]}) i out=''
+    for i in "${!t[@]}"; do
+        out+=" $(awk -v a="${t[$i]}" -v b="${s[$i]}" 'BEGIN {printf "%.2f", a / b}')"
+    done
+    echo "$out"
+}
 {
     echo "# bench-citus run $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, worker, coord2),"
     echo "one activity of 1,000,000.00 in $STRIPES stripes per target, rp_claim of 0.01 by a new user each,"
     echo "pgbench -M $PROTOCOL, fsync off on every server; $(nproc) cores shared with other work;"
-    echo "load average at each round's start: ${LOADS[*]}."
+    echo "1-minute load average at each round's start: ${LOADS[*]}."
     echo "Citus $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'citus'"),"
     echo "redpacket $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'")."
     echo
-    echo "| target | claims/s per round | median | vs single node | retried | failed |"
-    echo "|---|---|---:|---:|---:|---:|"
+    echo "| target | claims/s per round | median claims/s | vs single node, per round | median ratio | retried | failed |"
+    echo "|---|---|---:|---|---:|---:|---:|"
     for l in coord coord2 worker single; do
-        m=$(median <<<"${TPS[$l]}")
-        printf '| %s | %s | %.0f | %.2fx | %s | %s |\n' "$l" "$(echo ${TPS[$l]} | sed 's/\.[0-9]*//g; s/ /, /g')" \
-            "$m" "$(awk -v a="$m" -v b="$S" 'BEGIN {print a / b}')" "${RETRIED[$l]}" "${FAILED[$l]}"
+        r=$(ratios "${TPS[$l]}")
+        printf '| %s | %s | %.0f | %s | %.2fx | %s | %s |\n' "$l" \
+            "$(echo ${TPS[$l]} | sed 's/\.[0-9]*//g; s/ /, /g')" "$(median <<<"${TPS[$l]}")" \
+            "$(echo $r | sed 's/ /, /g')" "$(median <<<"$r")" "${RETRIED[$l]}" "${FAILED[$l]}"
+    done
+    echo
+    echo "Server CPU per claim (all servers of the target: the three Citus nodes, or the single"
+    echo "node; includes connection start-up), less sensitive to the other load than claims/s:"
+    echo
+    echo "| target | ms CPU per claim, per round | median | single node / target |"
+    echo "|---|---|---:|---:|"
+    sc=$(median <<<"${CPU[single]}")
+    for l in coord coord2 worker single; do
+        m=$(median <<<"${CPU[$l]}")
+        printf '| %s | %s | %.3f | %.2fx |\n' "$l" "$(echo ${CPU[$l]} | sed 's/ /, /g')" "$m" \
+            "$(awk -v a="$sc" -v b="$m" 'BEGIN {print a / b}')"
     done
     echo
     echo "coord: through the coordinator, delegated to worker1; coord2: clients split over two"
