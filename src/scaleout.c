@@ -12,8 +12,12 @@
  *		Off Citus, or while our tables are not distributed, the check costs a
  *		cached flag; it is rebuilt after any relcache invalidation of
  *		redpacket.activity, which create_distributed_table() and
- *		undistribute_table() both send.  On a distributed cluster each check
- *		is one catalog query (shard placement of the activity).
+ *		undistribute_table() both send.  On a distributed cluster the
+ *		activities this node holds are cached per backend.
+ *
+ *		Also here: the claim path's hot statements on the local shard tables
+ *		(RpShardFastClaim, RpShardInsertClaims), and the cluster-wide
+ *		rp_reconcile() (RpReconcileCluster).
  */
 #include "postgres.h"
 
