@@ -4,6 +4,7 @@
 #   make installcheck                pg_regress, isolation and TAP suites, each on
 #                                    its own temporary instance (run as a non-root user)
 #   make stress / make bench         concurrency stress run / benchmark suite
+#   make bench-citus                 rp_claim on a Citus cluster vs a single node
 
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
@@ -46,11 +47,15 @@ include $(PGXS)
 # the TAP tests' own Perl module (test/perl/RedpacketTest.pm)
 PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 
-.PHONY: stress bench demo
+.PHONY: stress bench bench-citus demo
 stress:
 	bash test/stress/run.sh
 bench:
 	bash test/bench/run.sh
+# rp_claim through a Citus coordinator, on a worker and on a single node
+# (needs Citus installed: test/citus/build.sh)
+bench-citus:
+	PG_CONFIG=$(PG_CONFIG) bash test/bench/citus.sh
 demo:
 	bash test/demo.sh
 

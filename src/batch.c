@@ -624,7 +624,8 @@ WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
 		values[4] = PointerGetDatum(construct_array(ad, nclaimed, NUMERICOID, -1, false,
 													TYPALIGN_INT));
 		values[5] = Int4Array(stripes, nclaimed);
-		if (RpExec(&insert_claims, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING ||
+		if ((RpDistributed() ? RpShardInsertClaims(act->id, values)	/* Citus: local shard */
+			 : RpExec(&insert_claims, values, NULL, false, 0)) != SPI_OK_INSERT_RETURNING ||
 			SPI_processed != (uint64) nclaimed)
 			elog(ERROR, "could not insert the claims of a batch");
 	}

@@ -1157,8 +1157,13 @@ rp_reconcile(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	one = PG_ARGISNULL(0) ? 0 : PG_GETARG_INT64(0);
-	(void) RpReconcilePass(PG_ARGISNULL(0) ? NULL : &one, full_check,
-						   rsinfo->setResult, rsinfo->setDesc);
+	if (RpDistributed() && PG_ARGISNULL(0))
+		RpReconcileCluster(full_check, rsinfo->setResult);	/* Citus: every node */
+	else if (RpDistributed() && one == 0)
+		(void) RpReconcilePass(NULL, full_check, rsinfo->setResult, rsinfo->setDesc);
+	else
+		(void) RpReconcilePass(PG_ARGISNULL(0) ? NULL : &one, full_check,
+							   rsinfo->setResult, rsinfo->setDesc);
 	SPI_finish();
 	return (Datum) 0;
 }

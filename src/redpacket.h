@@ -279,6 +279,10 @@ extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
+extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
+							 RpFastClaim *fast);
+extern int	RpShardInsertClaims(int64 activity, Datum *values);
+extern void RpReconcileCluster(bool full_check, Tuplestorestate *out);
 
 /* worker.c: one short-lived reconciler, one pass in one database */
 PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);

@@ -199,6 +199,9 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
+	if (RpDistributed())		/* Citus: the same claim on the local shards */
+		return RpShardFastClaim(act, stripe, units, fast) ? RP_TRY_TOOK : RP_TRY_DIVERT;
+
 	/* on a single node, the same work without SQL (direct.c) */
 	switch (RpDirectTake(act, stripe, units, fast))
 	{
