@@ -806,7 +806,6 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 			break;
 
 		RpStatsCount(activity, RP_STAT_WAIT);
-		RpPatientBegin(activity);
 		if (took == RP_TAKE_WAIT && kept < 0)
 		{
 			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
@@ -814,12 +813,11 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 		}
 		else
 		{
-			RpLockAllStripes(&act);
+			RpWaitAllStripes(&act);
 			RpStatsCount(activity, RP_STAT_GATHER);
 			kept = -1;
 			all_held = true;
 		}
-		RpPatientEnd();
 	}
 	RpNoteHeld(activity);
 	for (int i = 0; i < n; i++)

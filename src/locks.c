@@ -48,9 +48,12 @@
  *		... < L1 if all of them were such transactions: impossible.  A cycle
  *		therefore needs a transaction of rule 4 (two of them, or one and a
  *		gatherer, a batch, close or freeze); PostgreSQL's deadlock detector
- *		fails one with 40P01, and since the others wait with ten times
- *		deadlock_timeout (RpPatientBegin), the victim is the rule 4
- *		transaction.  An earlier version refused such a transaction's wait
+ *		fails one with 40P01.  Every wait of a claim or batch that is not
+ *		of rule 4 lasts ten times deadlock_timeout before it looks for a
+ *		cycle (RpPatientBegin), so the victim is the rule 4 transaction, or
+ *		close, freeze or reconciliation (they wait with the plain timeout),
+ *		not a single call: PostgreSQL's detector may fail any waiter whose
+ *		check finds the cycle, even one merely queued behind it.  An earlier version refused such a transaction's wait
  *		up front while a gatherer was about (a share lock on the gather
  *		lock); under the stress run that failed about 4% of the two-claim
  *		transactions, far more often than the deadlocks it prevents, so it
@@ -122,7 +125,18 @@ RpNoteHeld(int64 activity)
 void
 RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
+	RpPatientBegin(activity);
 	(void) RpLockMode(kind, activity, sub, mode, true);
+	RpPatientEnd();
+}
+
+/* Every stripe in stripe order, patiently: for gatherers and batches. */
+void
+RpWaitAllStripes(const RpActivity *act)
+{
+	RpPatientBegin(act->id);
+	RpLockAllStripes(act);
+	RpPatientEnd();
 }
 
 /*
@@ -165,9 +179,9 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 }
 
 /*
- * A transaction that made no earlier claim on the activity, waiting while
- * it holds locks of its own (a gatherer for its stripes; a batch for its
- * stripes, holding its user locks), waits with ten times deadlock_timeout.
+ * A claim or batch in a transaction that made no earlier claim on the
+ * activity waits with ten times deadlock_timeout (RpWaitLock,
+ * RpWaitAllStripes).
  * A cycle of waits needs a transaction that holds locks of earlier claims
  * (rule 4); the waiter whose deadlock_timeout runs out first finds the
  * cycle and is the one PostgreSQL fails with 40P01, so the victim is that
@@ -204,10 +218,9 @@ RpPatientEnd(void)
 void
 RpGatherBegin(const RpActivity *act, uint32 user_hash)
 {
-	RpPatientBegin(act->id);
 	RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock);
 	(void) RpLockUser(act->id, user_hash, true);
-	RpLockAllStripes(act);
+	RpWaitAllStripes(act);
 }
 
 /* Let go of what RpGatherBegin took (the stripes written stay locked). */
@@ -217,5 +230,4 @@ RpGatherEnd(const RpActivity *act)
 	for (int s = 0; s < act->stripes; s++)
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
 	RpUnlock(RP_LOCK_GATHER, act->id, 0);
-	RpPatientEnd();
 }

@@ -211,6 +211,7 @@ extern void RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mod
 extern void RpGatherBegin(const RpActivity *act, uint32 user_hash);
 extern void RpPatientBegin(int64 activity);
 extern void RpPatientEnd(void);
+extern void RpWaitAllStripes(const RpActivity *act);
 extern void RpGatherEnd(const RpActivity *act);
 extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
