@@ -125,6 +125,8 @@ RpNoteHeld(int64 activity)
 void
 RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
+	if (RpLockMode(kind, activity, sub, mode, false))
+		return;					/* free: no wait, no setting to change */
 	RpPatientBegin(activity);
 	(void) RpLockMode(kind, activity, sub, mode, true);
 	RpPatientEnd();
