@@ -4,7 +4,7 @@
 #   2. a copy of the tree (without .git) in a fresh temporary directory, owned
 #      by postgres when run as root (initdb refuses root, and the clone may sit
 #      where postgres cannot read), else by the calling user;
-#   3. there, the allocator's own tests (`make alloc-test`), then `make
+#   3. there, the checksums of the released SQL scripts, the allocator's own tests (`make alloc-test`), then `make
 #      installcheck` one suite at a time (pg_regress, isolation, TAP; each
 #      starts its own temporary instance), then the concurrency
 #      stress run (test/stress/run.sh);
@@ -151,6 +151,8 @@ MAKE_ARGS=(PG_CONFIG="$PG_CONFIG")
 # 3. The suites -----------------------------------------------------------------
 # `make installcheck` runs pg_regress, isolation and TAP in one go and stops at
 # the first that fails; one suite per call runs (and counts) each of them.
+# Released install and upgrade scripts never change (README "Upgrading").
+suite released-scripts 1m diag_none sha256sum --check --strict test/released.sha256
 suite allocator 5m diag_none make alloc-test "${MAKE_ARGS[@]}"
 if compgen -G "$WORK/sql/*.sql" | grep -qv '/redpacket--'; then
     suite regress 10m diag_regress make installcheck "${MAKE_ARGS[@]}" ISOLATION= TAP_TESTS=

@@ -19,6 +19,8 @@ $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'redpacket'\n"
 	  . "redpacket.reconcile_interval = 0\n");
 $node->start;
+my $new = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'redpacket'");
 
 sub is_super
 {
@@ -52,7 +54,7 @@ $node->safe_psql('pre', 'REVOKE CREATE ON SCHEMA redpacket FROM m1');
 $node->safe_psql('pre', 'CREATE EXTENSION redpacket');
 is($node->safe_psql('pre',
 		"SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
-	'1.1', 'a superuser-owned schema is accepted');
+	$new, 'a superuser-owned schema is accepted');
 
 # 2. An upgrade from 1.0 installed into a schema the owner controls.
 $node->safe_psql('postgres', 'CREATE DATABASE old OWNER m1');
@@ -65,7 +67,7 @@ $node->safe_psql('old', 'ALTER SCHEMA redpacket OWNER TO CURRENT_USER');
 $node->safe_psql('old', 'ALTER EXTENSION redpacket UPDATE');
 is($node->safe_psql('old',
 		"SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
-	'1.1', 'the update goes through once the schema is a superuser\'s');
+	$new, 'the update goes through once the schema is a superuser\'s');
 
 # 3. rp_reconcile_strict under a hostile database-level search_path.
 $node->safe_psql('postgres', q{

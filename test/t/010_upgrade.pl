@@ -1,11 +1,11 @@
-# The upgrade path 1.0 -> 1.1.  A database created with
-# CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
+# The upgrade paths 1.0 -> current and 1.1 -> current.  A database created
+# with CREATE EXTENSION redpacket VERSION '1.0' (or '1.1') is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
-# worker's passes and rp_reconcile all work on the 1.0 catalog.  After
+# worker's passes and rp_reconcile all work on the old catalog.  After
 # ALTER EXTENSION redpacket UPDATE the books still balance (claims + stripes +
 # returned = funded for every activity), every idempotency key holds one
 # claim, a full reconciliation is ok, old claims still answer 'duplicate' and
-# new claims get fresh ids.  Finally the upgraded database and a fresh 1.1
+# new claims get fresh ids.  Finally each upgraded database and a fresh install
 # install in another database give the same pg_dump --schema-only output,
 # both plain and --binary-upgrade (the form that spells out every member
 # object, its comment, its privileges and its membership; only the OIDs that
@@ -23,13 +23,15 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
-redpacket.database = 'up'
 });
 $node->start;
-$node->safe_psql('postgres', 'CREATE DATABASE up');
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 
-sub sql { return $node->safe_psql('up', $_[0]); }
+our $db;    # the database of the upgrade path under test
+sub sql { return $node->safe_psql($db, $_[0]); }
+my $new = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'redpacket'");
 
 # Per activity: funded = claims + stripes + returned, and the packet count.
 my $books_q = q{
@@ -49,100 +51,104 @@ SELECT count(*) AS activities,
 # call is repeated until it gets its turn.
 sub full_check_ok
 {
-	return $node->poll_query_until('up',
+	return $node->poll_query_until($db,
 		'SELECT count(*) = 5 AND bool_and(ok) FROM redpacket.rp_reconcile(NULL, true)');
 }
 my $one_per_key_q = q{
 SELECT count(*) = count(DISTINCT (activity_id, user_id, idempotency_key)) FROM redpacket.claim};
 
-# --- 1.0, served by the current library ------------------------------------
+sub upgrade_path
+{
+	my ($from) = @_;
+	# --- The old version, served by the current library ------------------------
 
-sql("CREATE EXTENSION redpacket VERSION '1.0'");
-is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
-	'1.0', 'installed version 1.0');
+	sql("CREATE EXTENSION redpacket VERSION '$from'");
+	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+		$from, "installed version $from");
 
-my %act;
-$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')");
-$act{lucky} = sql("SELECT redpacket.rp_create_activity(50.00, 20, stripes => 4, name => 'lucky')");
-$act{rain} = sql(
-	"SELECT redpacket.rp_create_activity(30.00, 100, stripes => 2, per_user_limit => 3, name => 'rain')");
-$act{batch} = sql("SELECT redpacket.rp_create_activity(40.00, stripes => 4, name => 'batch')");
-$act{closed} = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 3, name => 'closed')");
+	my %act;
+	$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')");
+	$act{lucky} = sql("SELECT redpacket.rp_create_activity(50.00, 20, stripes => 4, name => 'lucky')");
+	$act{rain} = sql(
+		"SELECT redpacket.rp_create_activity(30.00, 100, stripes => 2, per_user_limit => 3, name => 'rain')");
+	$act{batch} = sql("SELECT redpacket.rp_create_activity(40.00, stripes => 4, name => 'batch')");
+	$act{closed} = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 3, name => 'closed')");
 
-is( sql(
-		"SELECT string_agg(status::text, ',') FROM (SELECT (redpacket.rp_claim($act{fixed}, 'u' || g, 1.25)).status FROM generate_series(1, 5) g) s"
-	),
-	'claimed,claimed,claimed,claimed,claimed',
-	'1.0 catalog: fixed claims');
-is( sql(
-		"SELECT count(*) FILTER (WHERE (r).status = 'claimed') FROM (SELECT redpacket.rp_claim($act{lucky}, 'u' || g) AS r FROM generate_series(1, 8) g) s"
-	),
-	'8', '1.0 catalog: lucky draws');
-is( sql(
-		"SELECT string_agg(status::text, ',' ORDER BY g) FROM generate_series(1, 4) g, LATERAL redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-' || g)"
-	),
-	'claimed,claimed,claimed,user_limit',
-	'1.0 catalog: rain with per-user limit');
-is( sql(
-		"SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','b','c','a'], ARRAY[2.00, 3.00, 4.00, 2.00])"
-	),
-	'claimed,claimed,claimed,duplicate',
-	'1.0 catalog: batch claims');
-sql("SELECT redpacket.rp_claim($act{closed}, 'early', 5.00)");
-is(sql("SELECT redpacket.rp_close_activity($act{closed})"),
-	'15.00', '1.0 catalog: close returns the remainder');
-is(sql("SELECT status FROM redpacket.rp_claim($act{closed}, 'late', 1.00)"),
-	'ended', '1.0 catalog: claims after the close are ended');
-ok(full_check_ok(), '1.0 catalog: rp_reconcile checks every activity, all ok');
+	is( sql(
+			"SELECT string_agg(status::text, ',') FROM (SELECT (redpacket.rp_claim($act{fixed}, 'u' || g, 1.25)).status FROM generate_series(1, 5) g) s"
+		),
+		'claimed,claimed,claimed,claimed,claimed',
+		"$from catalog: fixed claims");
+	is( sql(
+			"SELECT count(*) FILTER (WHERE (r).status = 'claimed') FROM (SELECT redpacket.rp_claim($act{lucky}, 'u' || g) AS r FROM generate_series(1, 8) g) s"
+		),
+		'8', "$from catalog: lucky draws");
+	is( sql(
+			"SELECT string_agg(status::text, ',' ORDER BY g) FROM generate_series(1, 4) g, LATERAL redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-' || g)"
+		),
+		'claimed,claimed,claimed,user_limit',
+		"$from catalog: rain with per-user limit");
+	is( sql(
+			"SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','b','c','a'], ARRAY[2.00, 3.00, 4.00, 2.00])"
+		),
+		'claimed,claimed,claimed,duplicate',
+		"$from catalog: batch claims");
+	sql("SELECT redpacket.rp_claim($act{closed}, 'early', 5.00)");
+	is(sql("SELECT redpacket.rp_close_activity($act{closed})"),
+		'15.00', "$from catalog: close returns the remainder");
+	is(sql("SELECT status FROM redpacket.rp_claim($act{closed}, 'late', 1.00)"),
+		'ended', "$from catalog: claims after the close are ended");
+	ok(full_check_ok(), "$from catalog: rp_reconcile checks every activity, all ok");
 
-# The worker serves the 1.0 catalog too: a claim made now is counted by a pass.
-my $cid = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe', 0.01)");
-ok( $node->poll_query_until(
-		'up',
-		"SELECT last_claim_id >= $cid FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
-	'1.0 catalog: the worker passes');
-is(sql($books_q), '5|0|0', '1.0 catalog: the books balance');
-my $max_claim_10 = sql('SELECT max(claim_id) FROM redpacket.claim');
-my $claims_10 = sql('SELECT count(*) FROM redpacket.claim');
-my $old_bob = sql(
-	"SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{rain} AND user_id = 'bob' AND request_id = 'drop-1'");
+	# The worker serves the old catalog too: a claim made now is counted by a pass.
+	my $cid = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe', 0.01)");
+	ok( $node->poll_query_until(
+			$db,
+			"SELECT last_claim_id >= $cid FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
+		"$from catalog: the worker passes");
+	is(sql($books_q), '5|0|0', "$from catalog: the books balance");
+	my $max_claim_old = sql('SELECT max(claim_id) FROM redpacket.claim');
+	my $claims_old = sql('SELECT count(*) FROM redpacket.claim');
+	my $old_bob = sql(
+		"SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{rain} AND user_id = 'bob' AND request_id = 'drop-1'");
 
-# --- ALTER EXTENSION UPDATE -------------------------------------------------
+	# --- ALTER EXTENSION UPDATE -------------------------------------------------
 
-sql('ALTER EXTENSION redpacket UPDATE');
-is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
-	'1.1', 'updated to 1.1 (the default version)');
-is(sql('SELECT count(*) FROM redpacket.claim'), $claims_10, 'every claim carried over');
-is(sql($books_q), '5|0|0', '1.1: the books balance after the update');
-is(sql($one_per_key_q), 't', '1.1: one claim per idempotency key');
-ok(full_check_ok(), '1.1: a full reconciliation of every activity is ok');
+	sql('ALTER EXTENSION redpacket UPDATE');
+	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+		$new, "updated to $new (the default version)");
+	is(sql('SELECT count(*) FROM redpacket.claim'), $claims_old, 'every claim carried over');
+	is(sql($books_q), '5|0|0', "$new: the books balance after the update");
+	is(sql($one_per_key_q), 't', "$new: one claim per idempotency key");
+	ok(full_check_ok(), "$new: a full reconciliation of every activity is ok");
 
-# --- Claims continue ----------------------------------------------------------
+	# --- Claims continue ----------------------------------------------------------
 
-is( sql("SELECT status || ',' || (claim_id > $max_claim_10) FROM redpacket.rp_claim($act{fixed}, 'new1', 2.00)"),
-	'claimed,true', '1.1: fixed claim with a fresh id');
-is(sql("SELECT status FROM redpacket.rp_claim($act{lucky}, 'new1')"),
-	'claimed', '1.1: lucky draw');
-is( sql("SELECT status || ',' || claim_id FROM redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-1')"),
-	"duplicate,$old_bob", '1.1: a retry of a 1.0 claim answers duplicate with its id');
-is( sql("SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','d'], ARRAY[2.00, 1.00])"),
-	'duplicate,claimed', '1.1: batch');
-is(sql("SELECT redpacket.rp_close_activity($act{batch})"), '30.00', '1.1: close');
-my $cid2 = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe2', 0.01)");
-ok( $node->poll_query_until(
-		'up',
-		"SELECT last_claim_id >= $cid2 FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
-	'1.1: the worker passes');
-is(sql($books_q), '5|0|0', '1.1: the books balance after more claims');
-ok(full_check_ok(), '1.1: full reconciliation ok after more claims');
-is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok"),
-	'0', 'no pass ever failed, before or after the update');
+	is( sql("SELECT status || ',' || (claim_id > $max_claim_old) FROM redpacket.rp_claim($act{fixed}, 'new1', 2.00)"),
+		'claimed,true', "$new: fixed claim with a fresh id");
+	is(sql("SELECT status FROM redpacket.rp_claim($act{lucky}, 'new1')"),
+		'claimed', "$new: lucky draw");
+	is( sql("SELECT status || ',' || claim_id FROM redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-1')"),
+		"duplicate,$old_bob", "$new: a retry of a $from claim answers duplicate with its id");
+	is( sql("SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','d'], ARRAY[2.00, 1.00])"),
+		'duplicate,claimed', "$new: batch");
+	is(sql("SELECT redpacket.rp_close_activity($act{batch})"), '30.00', "$new: close");
+	my $cid2 = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe2', 0.01)");
+	ok( $node->poll_query_until(
+			$db,
+			"SELECT last_claim_id >= $cid2 FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
+		"$new: the worker passes");
+	is(sql($books_q), '5|0|0', "$new: the books balance after more claims");
+	ok(full_check_ok(), "$new: full reconciliation ok after more claims");
+	is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok"),
+		'0', 'no pass ever failed, before or after the update');
+}
 
-# --- The upgraded schema equals a fresh 1.1 ---------------------------------
+# --- Each upgraded schema equals a fresh install ------------------------------
 
 $node->safe_psql('fresh', 'CREATE EXTENSION redpacket');
 is($node->safe_psql('fresh', "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
-	'1.1', 'fresh install is 1.1');
+	$new, "fresh install is $new");
 
 # Everything binary-upgrade pins by OID differs between two databases: the
 # OID-setting calls, and the config relations that
@@ -176,32 +182,42 @@ sub compare_dumps
 	my ($what, $a, $b) = @_;
 	if ($a eq $b)
 	{
-		pass("$what: upgraded and fresh 1.1 are identical");
+		pass("$what: upgraded and fresh $new are identical");
 		return;
 	}
 	my $tmp = PostgreSQL::Test::Utils::tempdir;
 	PostgreSQL::Test::Utils::append_to_file("$tmp/upgraded.sql", $a);
 	PostgreSQL::Test::Utils::append_to_file("$tmp/fresh.sql", $b);
 	my ($diff) = run_command([ 'diff', '-u', "$tmp/upgraded.sql", "$tmp/fresh.sql" ]);
-	fail("$what: upgraded and fresh 1.1 are identical");
+	fail("$what: upgraded and fresh $new are identical");
 	diag($diff);
 }
 
-compare_dumps('pg_dump --schema-only', schema_dump('up'), schema_dump('fresh'));
-my $bu_up = schema_dump('up', '--binary-upgrade');
-like($bu_up, qr/ALTER EXTENSION redpacket ADD TABLE redpacket\.claim;/,
-	'the --binary-upgrade dump spells out the members');
-compare_dumps('pg_dump --schema-only --binary-upgrade', $bu_up,
-	schema_dump('fresh', '--binary-upgrade'));
+sub same_as_fresh
+{
+	compare_dumps("$db: pg_dump --schema-only", schema_dump($db), schema_dump('fresh'));
+	my $bu_up = schema_dump($db, '--binary-upgrade');
+	like($bu_up, qr/ALTER EXTENSION redpacket ADD TABLE redpacket\.claim;/,
+		'the --binary-upgrade dump spells out the members');
+	compare_dumps("$db: pg_dump --schema-only --binary-upgrade", $bu_up,
+		schema_dump('fresh', '--binary-upgrade'));
 
-my $config_q = q{
-SELECT string_agg(c.relname || ':' || x.cond, ' ' ORDER BY c.relname)
-  FROM pg_extension e,
-       unnest(e.extconfig, e.extcondition) AS x(rel, cond)
-  JOIN pg_class c ON c.oid = x.rel
- WHERE e.extname = 'redpacket'};
-is(sql($config_q), $node->safe_psql('fresh', $config_q),
-	'the same relations are registered with pg_extension_config_dump, with the same conditions');
+	my $config_q = q{
+	SELECT string_agg(c.relname || ':' || x.cond, ' ' ORDER BY c.relname)
+	  FROM pg_extension e,
+	       unnest(e.extconfig, e.extcondition) AS x(rel, cond)
+	  JOIN pg_class c ON c.oid = x.rel
+	 WHERE e.extname = 'redpacket'};
+	is(sql($config_q), $node->safe_psql('fresh', $config_q),
+		'the same relations are registered with pg_extension_config_dump, with the same conditions');
+}
+
+for my $from ('1.0', '1.1')
+{
+	local $db = 'up' . ($from =~ s/\.//r);
+	upgrade_path($from);
+	same_as_fresh();
+}
 
 $node->stop;
 done_testing();
