@@ -46,7 +46,8 @@
 #   BENCH_CLIENTS     client counts ("1 16 64 256")
 #   BENCH_STRIPES     rp_claim stripe counts ("1 4 16 64 256")
 #   BENCH_WARMUP      seconds before the measured window (clients <= 16: 2,
-#                     64: 5, more: 10; BENCH_QUICK=1: 2)
+#                     64: 5, more: 10); pgbench's -T adds the time it takes
+#                     to connect the clients (measured once per count)
 #   BENCH_BATCH       claims per rp_claim_batch call (100)
 #   BENCH_BATCH_STRIPES  stripes of the rp_claim_batch activity (16)
 #   BENCH_CPU_CLAIMS  claims (and inserts) of the CPU/memory run (1000000)
@@ -162,9 +163,23 @@ new_activity() {   # new_activity STRIPES|default -> id of a redpacket activity
 stripes_of() {     # stripes_of ACT -> its stripe count
     bench_psql -At -c "SELECT count(*) FROM redpacket.stripe WHERE activity_id = $1"
 }
+# pgbench's -T also counts the time it takes to connect its clients (many
+# seconds for 256 on a loaded machine): measured once per client count with a
+# trivial script, and added, with a margin, to every run's -T.
+declare -A CONNECT_SECS=()
+connect_secs() {   # connect_secs CLIENTS: sets CONNECT_SECS[CLIENTS], whole seconds to allow
+    local c=$1 ms
+    if [ -z "${CONNECT_SECS[$c]:-}" ]; then
+        echo "SELECT 1;" >"$BENCH_DIR/select1.pgbench"
+        ms=$("$PGBIN/pgbench" -n -c "$c" -j "$( [ "$JOBS" -le "$c" ] && echo "$JOBS" || echo "$c")" -t 1 \
+                 -f "$BENCH_DIR/select1.pgbench" 2>/dev/null |
+             sed -n 's/^initial connection time = \([0-9.]*\) ms/\1/p')
+        CONNECT_SECS[$c]=$(awk -v ms="${ms:-0}" 'BEGIN { printf "%d", ms * 1.5 / 1000 + 1 }')
+    fi
+}
 warmup_for() {     # warmup_for CLIENTS -> seconds before the measured window
     if [ -n "${BENCH_WARMUP:-}" ]; then echo "$BENCH_WARMUP"
-    elif [ "$QUICK" = 1 ] || [ "$1" -le 16 ]; then echo 2
+    elif [ "$1" -le 16 ]; then echo 2
     elif [ "$1" -le 64 ]; then echo 5
     else echo 10
     fi
@@ -225,8 +240,8 @@ run_pgbench() {
     warm=$(warmup_for "$clients")
     bench_psql -c CHECKPOINT
     waits_start "$log.waits"
-    # -T also covers connecting: allow a second per 32 clients for it
-    "$PGBIN/pgbench" -n -M "$proto" -c "$clients" -j "$jobs" -T $((SECS + warm + clients / 32)) "${conn[@]}" \
+    connect_secs "$clients"
+    "$PGBIN/pgbench" -n -M "$proto" -c "$clients" -j "$jobs" -T $((SECS + warm + CONNECT_SECS[$clients])) "${conn[@]}" \
         -D act="$act" -D n=0 -D batch="$BATCH" -f "$BENCH_HERE/$script" \
         --log --log-prefix="$log" >"$log.out" 2>&1 || rc=$?
     waits=$(waits_stop "$log.waits")
