@@ -10,6 +10,8 @@
  *		UPDATE decrements every stripe touched and one INSERT adds every claim.
  *		If the stripes first locked cannot pay an element, the decision is
  *		redone with every stripe locked, so no element is falsely exhausted.
+ *		The user locks, once taken, are kept while the batch waits for
+ *		stripes (at most twice a call; the argument is in locks.c).
  *		Under REPEATABLE READ or SERIALIZABLE each element takes the
  *		single-claim path.
  */
@@ -532,29 +534,43 @@ MayPay(const RpActivity *act, const BatchElem *e, int n)
 }
 
 /*
- * Take the stripes and decide every element.  Returns RP_TAKE_OK when
- * decided, or, holding no stripe it took, RP_TAKE_WAIT / RP_TAKE_GATHER
- * with the busy stripe in *wait_stripe.
+ * Take the stripes and decide every element.  With all_held, every stripe
+ * is already locked (the caller waited for them in stripe order) and the
+ * decision cannot fail.  Returns RP_TAKE_OK when decided, or, holding no
+ * stripe it took, RP_TAKE_WAIT (no stripe that could pay was free) or
+ * RP_TAKE_GATHER (every stripe is needed and one is busy), the busy stripe
+ * in *wait_stripe.
  */
 static RpTakeResult
 LockAndDecide(RpActivity *act, BatchStripes *st, BatchElem *e, int n, int start,
-			  int *paid_by, int *wait_stripe)
+			  bool all_held, int *paid_by, int *wait_stripe)
 {
-	if (MayPay(act, e, n))
+	if (all_held)
+	{
+		for (int s = 0; s < st->n; s++)
+			st->locked[s] = true;
+		st->all = true;
+	}
+	else if (MayPay(act, e, n))
 	{
 		if (!LockSome(act, st, e, n, start, wait_stripe))
 			return RP_TAKE_WAIT;
+	}
+	if (all_held || MayPay(act, e, n))
+	{
 		ReadStripes(act, st);
-		CheckHalted(act, st);
+		CheckHalted(act, st);	/* a freeze or close may have won the race */
 	}
 	if (Decide(act, st, start, e, n, paid_by))
 		return RP_TAKE_OK;
+	if (all_held)
+		elog(ERROR, "batch could not be decided with every stripe locked");
 
 	if (!LockAll(act, st, wait_stripe))
 		return RP_TAKE_GATHER;
 	RpStatsCount(act->id, RP_STAT_GATHER);
 	ReadStripes(act, st);
-	CheckHalted(act, st);		/* a freeze or close may have won the race */
+	CheckHalted(act, st);
 	if (!Decide(act, st, start, e, n, paid_by))
 		elog(ERROR, "batch could not be decided with every stripe locked");
 	return RP_TAKE_OK;
@@ -652,13 +668,16 @@ WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
 }
 
 /*
- * One attempt at the whole batch, holding its user locks: read everything,
- * lock stripes, decide, write.  Returns RP_TAKE_OK when every element has
- * its answer, or, having written nothing and holding no stripe it took,
- * RP_TAKE_WAIT / RP_TAKE_GATHER with the busy stripe in *wait_stripe.
+ * One attempt at the whole batch, holding its user locks (and, with
+ * all_held, every stripe): lock stripes, decide, write.  The claims the
+ * users held were read once (ReadHeld) after their locks were taken: no
+ * other transaction can change them while the batch waits for stripes.
+ * Returns RP_TAKE_OK when every element has its answer, or, having written
+ * nothing and holding no stripe it took, RP_TAKE_WAIT / RP_TAKE_GATHER with
+ * the busy stripe in *wait_stripe.
  */
 static RpTakeResult
-BatchAttempt(int64 activity, BatchElem *e, int n, int *wait_stripe)
+BatchAttempt(int64 activity, BatchElem *e, int n, bool all_held, int *wait_stripe)
 {
 	RpActivity	act;
 	BatchStripes st;
@@ -666,9 +685,8 @@ BatchAttempt(int64 activity, BatchElem *e, int n, int *wait_stripe)
 	RpTakeResult r;
 
 	(void) RpFetchActivity(activity, &act, false);
-	ReadHeld(&act, e, n);
 	InitStripes(&st, act.stripes);
-	r = LockAndDecide(&act, &st, e, n, RpStartStripe(&act), paid_by, wait_stripe);
+	r = LockAndDecide(&act, &st, e, n, RpStartStripe(&act), all_held, paid_by, wait_stripe);
 	if (r != RP_TAKE_OK)
 		return r;
 	(void) WriteStripes(&act, &st);
@@ -693,8 +711,6 @@ typedef struct BatchLocks
 	int			nbuckets;
 	uint32	   *users;			/* distinct user hashes, ascending; NULL: exclusive buckets */
 	int			nusers;
-	int			kept;			/* stripe waited for, or -1 */
-	RpActivity	gather;			/* .id != 0 while gathering */
 } BatchLocks;
 
 static LOCKMODE
@@ -703,51 +719,18 @@ BucketMode(const BatchLocks *bl)
 	return bl->users ? RowExclusiveLock : ExclusiveLock;
 }
 
-/* Lock (waiting) or try-lock lock i of the batch: buckets first, then users. */
-static bool
-LockOne(const BatchLocks *bl, int i, bool wait)
-{
-	RpLockKind	kind = i < bl->nbuckets ? RP_LOCK_BUCKET : RP_LOCK_USER;
-	uint32		sub = i < bl->nbuckets ? bl->buckets[i] : bl->users[i - bl->nbuckets];
-	LOCKMODE	mode = i < bl->nbuckets ? BucketMode(bl) : ExclusiveLock;
-
-	if (!wait)
-		return RpLockMode(kind, bl->activity, sub, mode, false);
-	RpWaitLock(kind, bl->activity, sub, mode);
-	return true;
-}
-
-static void
-UnlockUsers(const BatchLocks *bl, int upto)
-{
-	for (int i = upto - 1; i >= 0; i--)
-	{
-		if (i < bl->nbuckets)
-			RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], BucketMode(bl));
-		else
-			RpUnlock(RP_LOCK_USER, bl->activity, bl->users[i - bl->nbuckets]);
-	}
-}
-
-/* Wait for every user lock in order. */
+/*
+ * Wait for every user lock in order: buckets in bucket order, then users in
+ * hash order (rule 2 in locks.c).  They are kept to the end of the
+ * transaction: a batch never gives them back.
+ */
 static void
 LockUsers(const BatchLocks *bl)
 {
-	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
-		(void) LockOne(bl, i, true);
-}
-
-/* Take every user lock only if all are free. */
-static bool
-TryUsers(const BatchLocks *bl)
-{
-	for (int i = 0; i < bl->nbuckets + bl->nusers; i++)
-		if (!LockOne(bl, i, false))
-		{
-			UnlockUsers(bl, i);
-			return false;
-		}
-	return true;
+	for (int i = 0; i < bl->nbuckets; i++)
+		RpWaitLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], BucketMode(bl));
+	for (int i = 0; i < bl->nusers; i++)
+		RpWaitLock(RP_LOCK_USER, bl->activity, bl->users[i], ExclusiveLock);
 }
 
 static int
@@ -787,60 +770,54 @@ FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
 }
 
 /*
- * The batch in as many attempts as it takes, by the protocol in locks.c:
- * after a busy stripe, wait for it holding nothing of ours, keep it, and
- * take the user locks only if they are free; when every stripe is needed,
- * gather (unless this transaction holds locks of earlier claims).
+ * The batch, by the protocol in locks.c: wait for the user locks in order
+ * and keep them; then at most three attempts.  The first try-locks the
+ * stripes it needs.  If every stripe that could pay is busy, wait for one
+ * (holding the user locks but no stripe) and try again with it.  If every
+ * stripe is needed and one is busy (or the second attempt fails too), let
+ * go of the stripes and wait for every stripe in stripe order, still
+ * holding the user locks; the last attempt then cannot fail.
  */
 static void
 ClaimBatch(int64 activity, BatchElem *e, int n)
 {
 	BatchLocks	bl;
 	int			wait_stripe;
+	int			kept = -1;		/* stripe waited for, held for the next attempt */
+	bool		all_held = false;
+	RpActivity	act;
 	RpTakeResult took;
 
 	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
 	bl.activity = activity;
-	bl.kept = -1;
-	bl.gather.id = 0;
 	FindUserLocks(&bl, e, n);
 	FindRoots(e, n, true);
 	FindRoots(e, n, false);
 
+	LockUsers(&bl);
+	(void) RpFetchActivity(activity, &act, false);
+	ReadHeld(&act, e, n);
 	for (;;)
 	{
-		if (bl.kept >= 0 && !TryUsers(&bl))
-		{
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) bl.kept);
-			bl.kept = -1;
-		}
-		if (bl.kept < 0 && bl.gather.id == 0)
-			LockUsers(&bl);
-
-		took = BatchAttempt(activity, e, n, &wait_stripe);
-
-		if (bl.kept >= 0)
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) bl.kept);
-		bl.kept = -1;
-		if (bl.gather.id != 0)
-			RpGatherEnd(&bl.gather);
-		bl.gather.id = 0;
+		took = BatchAttempt(activity, e, n, all_held, &wait_stripe);
+		/* the attempt took its own lock on any stripe it wrote */
+		if (kept >= 0)
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
 		if (took == RP_TAKE_OK)
 			break;
 
-		UnlockUsers(&bl, bl.nbuckets + bl.nusers);
 		RpStatsCount(activity, RP_STAT_WAIT);
-		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
-			RpActivityMeta(activity, &bl.gather))
+		if (took == RP_TAKE_WAIT && kept < 0)
 		{
-			RpGatherBegin(&bl.gather);
-			LockUsers(&bl);
+			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
+			kept = wait_stripe;
 		}
 		else
 		{
-			bl.gather.id = 0;
-			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
-			bl.kept = wait_stripe;
+			RpWaitAllStripes(&act);
+			RpStatsCount(activity, RP_STAT_GATHER);
+			kept = -1;
+			all_held = true;
 		}
 	}
 	RpNoteHeld(activity);

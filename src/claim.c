@@ -371,8 +371,7 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
 			RpActivityMeta(activity, &gather))
 		{
-			RpGatherBegin(&gather);
-			(void) RpLockUser(activity, user_hash, true);
+			RpGatherBegin(&gather, user_hash);
 		}
 		else
 		{

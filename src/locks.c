@@ -7,40 +7,60 @@
  *		RP_USER_BUCKETS).  A small batch does the same for each of its users;
  *		a batch of many users holds their buckets in ExclusiveLock instead,
  *		so it needs at most RP_USER_BUCKETS user locks whatever its size, and
- *		still excludes every single claim of its users (batch.c).  Money is taken under stripe locks, kept to the end of the
- *		transaction for the stripes written.
+ *		still excludes every single claim of its users (batch.c).  Money is
+ *		taken under stripe locks, kept to the end of the transaction for the
+ *		stripes written.
  *
  *		Waiting.  Which waits are allowed, and why a transaction that makes a
- *		single rp_claim call is never part of a deadlock:
- *		1. A claim or batch never waits for a stripe while holding a lock it
- *		   took itself: it gives everything back, waits for the busy stripe,
- *		   keeps it, and takes the rest only if they are free (else gives
- *		   back again).  A single claim waits for its user and bucket locks
- *		   holding nothing of its own either (RpLockUser).
+ *		single rp_claim or rp_claim_batch call is never part of a deadlock.
+ *		The locks of one activity are ordered: the gather lock, then the
+ *		buckets (by number), then the users (by hash), then the stripes (by
+ *		number).  Try-locks never wait, so only waits matter:
+ *		1. A single claim waits for its user and bucket locks holding nothing
+ *		   of its own (RpLockUser), and for a busy stripe holding nothing: it
+ *		   gives everything back, waits, keeps the stripe and takes its user
+ *		   lock only if free (else gives back again).
  *		2. A batch waits for its buckets in bucket order, then for its users
- *		   in hash order, holding only lower ones of its own.
- *		3. A claim or batch that needs every stripe and holds nothing from
+ *		   in hash order, holding only lower ones of its own, and keeps them
+ *		   to the end: it never gives them back.  Holding them (and no
+ *		   stripe) it may wait for one busy stripe; with that one and what it
+ *		   can try-lock it decides, or, when every stripe is needed and one is
+ *		   busy, it gives back its stripes (not its user locks) and waits for
+ *		   every stripe in stripe order.  So at most two waits for stripes a
+ *		   call, each for a stripe above every stripe it holds.
+ *		3. A single claim that needs every stripe and holds nothing from
  *		   earlier claims on the activity in its transaction (a gatherer)
- *		   gives everything back, takes the activity's gather lock, waits
- *		   for every stripe in stripe order and then for its user or bucket
- *		   locks.  The lock queues are fair, so it is served in bounded time
- *		   while other claims keep coming.  Close, freeze and reconciliation
- *		   also wait for the stripes in stripe order, holding nothing else.
- *		4. A transaction that holds locks of earlier claims on the activity
- *		   is not a gatherer: it gathers by rule 1.
- *		A cycle of waits needs someone who waits while holding a lock that
- *		another waiter in the cycle wants.  By 1 that is never a single
- *		claim's own lock.  Gatherers are serialized by the gather lock and,
- *		with close, freeze and reconciliation, take stripes in one order;
- *		batches take user locks in one order.  So a cycle needs a
- *		transaction that holds locks of earlier claims (out of that order)
- *		and waits: two such transactions, or one and a gatherer (which a
- *		single rp_claim call can be), or one and close/freeze.  PostgreSQL's
- *		deadlock detector fails one of them with 40P01.  An earlier version
- *		refused such a transaction's wait up front while a gatherer was
- *		about (a share lock on the gather lock); under the stress run that
- *		failed about 4% of the two-claim transactions, far more often than
- *		the deadlocks it prevents, so it was dropped.
+ *		   gives everything back, waits for the activity's gather lock, then
+ *		   for its user lock as in 1 (holding the gather lock), then for every
+ *		   stripe in stripe order.  The lock queues are fair, so it is served
+ *		   in bounded time while other claims keep coming.  Close, freeze and
+ *		   reconciliation wait for the stripes in stripe order holding no
+ *		   other lock of the activity.
+ *		4. A transaction that holds locks of earlier claims on the activity is
+ *		   not a gatherer: it gathers by rule 1 (a single claim) or 2 (a
+ *		   batch), holding those earlier locks out of the order.
+ *		So every wait of a transaction that made no earlier claim on the
+ *		activity is for a lock above every lock of the activity it holds (a
+ *		single claim and the gatherer of 3 in particular never wait for a
+ *		user lock holding a stripe: the gatherer takes its user lock first).
+ *		In a cycle of waits T1 -> T2 -> ... -> T1, where Ti waits for a lock
+ *		Li held by Ti+1, each Li is below what Ti+1 waits for, so L1 < L2 <
+ *		... < L1 if all of them were such transactions: impossible.  A cycle
+ *		therefore needs a transaction of rule 4 (two of them, or one and a
+ *		gatherer, a batch, close or freeze); PostgreSQL's deadlock detector
+ *		fails one with 40P01.  Every wait of a claim or batch that is not
+ *		of rule 4 lasts ten times deadlock_timeout before it looks for a
+ *		cycle (RpPatientBegin), so the victim is the rule 4 transaction, or
+ *		close, freeze or reconciliation (they wait with the plain timeout),
+ *		not a single call: PostgreSQL's detector may fail any waiter whose
+ *		check finds the cycle, even one merely queued behind it.  An earlier version refused such a transaction's wait
+ *		up front while a gatherer was about (a share lock on the gather
+ *		lock); under the stress run that failed about 4% of the two-claim
+ *		transactions, far more often than the deadlocks it prevents, so it
+ *		was dropped.  Earlier still, a batch gave back its user locks before
+ *		every stripe wait and took them again after it, as single claims do:
+ *		under 256 concurrent batches that was a loop of hundreds of lock
+ *		manager calls per wait (issue 14).
  */
 #include "postgres.h"
 
@@ -105,7 +125,20 @@ RpNoteHeld(int64 activity)
 void
 RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
+	if (RpLockMode(kind, activity, sub, mode, false))
+		return;					/* free: no wait, no setting to change */
+	RpPatientBegin(activity);
 	(void) RpLockMode(kind, activity, sub, mode, true);
+	RpPatientEnd();
+}
+
+/* Every stripe in stripe order, patiently: for gatherers and batches. */
+void
+RpWaitAllStripes(const RpActivity *act)
+{
+	RpPatientBegin(act->id);
+	RpLockAllStripes(act);
+	RpPatientEnd();
 }
 
 /*
@@ -147,28 +180,49 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 	RpUnlockMode(RP_LOCK_BUCKET, activity, user_hash % RP_USER_BUCKETS, RowExclusiveLock);
 }
 
-/* Rule 3: holding nothing, become the gatherer and wait for every stripe. */
-static int	gather_guc_level = 0;
-
 /*
- * A gatherer waits holding the stripes it already has, so a transaction
- * that holds a later stripe from an earlier claim and then waits for one of
- * them closes a cycle (rule 4).  The waiter whose deadlock_timeout runs out
- * first finds the cycle and is the one PostgreSQL fails with 40P01; the
- * gatherer waits with ten times the timeout, so the victim is the
- * transaction that made earlier claims, not the gatherer (which may be a
- * single rp_claim call).  The setting is undone in RpGatherEnd, or by the
- * transaction's end on an error.
+ * A claim or batch in a transaction that made no earlier claim on the
+ * activity waits with ten times deadlock_timeout (RpWaitLock,
+ * RpWaitAllStripes).
+ * A cycle of waits needs a transaction that holds locks of earlier claims
+ * (rule 4); the waiter whose deadlock_timeout runs out first finds the
+ * cycle and is the one PostgreSQL fails with 40P01, so the victim is that
+ * transaction, not the single call.  RpPatientEnd undoes the setting, or
+ * the transaction's end does on an error.
  */
+static int	patient_guc_level = 0;
+static bool patient = false;
+
 void
-RpGatherBegin(const RpActivity *act)
+RpPatientBegin(int64 activity)
 {
-	gather_guc_level = NewGUCNestLevel();
+	patient = !RpHeldEarlier(activity);
+	if (!patient)
+		return;
+	patient_guc_level = NewGUCNestLevel();
 	(void) set_config_option("deadlock_timeout",
 							 psprintf("%d", Min(DeadlockTimeout, PG_INT32_MAX / 10) * 10),
 							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+void
+RpPatientEnd(void)
+{
+	if (patient)
+		AtEOXact_GUC(true, patient_guc_level);
+	patient = false;
+}
+
+/*
+ * Rule 3: holding nothing, become the gatherer: the gather lock, then the
+ * claim's user lock, then every stripe in stripe order.
+ */
+void
+RpGatherBegin(const RpActivity *act, uint32 user_hash)
+{
 	RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock);
-	RpLockAllStripes(act);
+	(void) RpLockUser(act->id, user_hash, true);
+	RpWaitAllStripes(act);
 }
 
 /* Let go of what RpGatherBegin took (the stripes written stay locked). */
@@ -178,5 +232,4 @@ RpGatherEnd(const RpActivity *act)
 	for (int s = 0; s < act->stripes; s++)
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
 	RpUnlock(RP_LOCK_GATHER, act->id, 0);
-	AtEOXact_GUC(true, gather_guc_level);
 }

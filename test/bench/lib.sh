@@ -43,7 +43,7 @@ bench_drop_root() {
     chmod 755 "$tmp"
     set +e
     (cd "$tmp" && runuser -u postgres -- env HOME="$tmp" PG_CONFIG="$PG_CONFIG" \
-        BENCH_RESULTS="$tmp/results" BENCH_RESULTS_SHOWN="$BENCH_RESULTS" bash "$tmp/scripts/$script" "$@")
+        BENCH_PORTS="${BENCH_PORTS:-}" BENCH_RESULTS="$tmp/results" BENCH_RESULTS_SHOWN="$BENCH_RESULTS" bash "$tmp/scripts/$script" "$@")
     rc=$?
     set -e
     owner=$(stat -c '%u:%g' "$BENCH_HERE")
@@ -65,6 +65,24 @@ bench_drop_root() {
     rm -rf "$tmp"
     exit "$rc"
 }
+
+# BENCH_PORTS="LOW-HIGH": take every TCP port (the server's, PgBouncer's,
+# Redis's) from that range instead of anywhere in 20000-59999, for a machine
+# where each user has a range of its own.
+if [ -n "${BENCH_PORTS:-}" ]; then
+    rp_free_port() {
+        local lo=${BENCH_PORTS%-*} hi=${BENCH_PORTS#*-} p _
+        for _ in $(seq 1 50); do
+            p=$((lo + RANDOM % (hi - lo + 1)))
+            if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+                echo "$p"
+                return 0
+            fi
+        done
+        echo "no free port in $BENCH_PORTS" >&2
+        return 1
+    }
+fi
 
 # The benchmark scripts' names for the shared library's functions.
 bench_psql() { rp_psql "$@"; }

@@ -38,9 +38,25 @@ label_awk='
 function label(w, s, v) {
     l = w
     if (w == "rp_claim") l = l " (" s " stripe" (s == 1 ? "" : "s") ")"
+    if (w == "rp_claim_default") l = "rp_claim (default: " s " stripe" (s == 1 ? "" : "s") ")"
     if (w == "rp_claim_batch") l = l " (" s " stripes)"
     if (v != "direct") l = l " via " v
     return l
+}
+# rows in a fixed order: baselines, the default, the stripe sweep, batches,
+# pooled runs, Redis
+function rank(w, s, v,    r) {
+    r = (w == "ceiling") ? 1 : (w == "cond_update") ? 2 : (w == "for_update") ? 3 : \
+        (w == "rp_claim_default") ? 4 : (w == "rp_claim") ? 5 : (w == "rp_claim_batch") ? 6 : \
+        (w == "redis_lua") ? 8 : 7
+    if (v != "direct") r = 7
+    return r * 100000 + s
+}
+function add(k, rk) {      # insert k into order[1..nk], sorted by rank
+    if (k in seen) return
+    seen[k] = 1; nk++; j = nk
+    while (j > 1 && rnk[order[j - 1]] > rk) { order[j] = order[j - 1]; j-- }
+    order[j] = k; rnk[k] = rk
 }'
 
 throughput_table() {   # markdown pivot of claims/s (p50 / p99 ms)
@@ -48,7 +64,7 @@ throughput_table() {   # markdown pivot of claims/s (p50 / p99 ms)
         NR == 1 { next }
         {
             k = label($1, $2, $4)
-            if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
+            add(k, rank($1, $2, $4))
             cell[k, $3] = sprintf("%s <sub>%s / %s</sub>%s", $9, $10, $11, $12 == "PASS" ? "" : " **FAIL**")
         }
         END {
@@ -74,7 +90,7 @@ throughput_text() {    # the same, for the terminal
         NR == 1 { next }
         {
             k = label($1, $2, $4)
-            if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
+            add(k, rank($1, $2, $4))
             cell[k, $3] = $9 ($12 == "PASS" ? "" : "!")
             p99[k, $3] = $11
         }
@@ -102,35 +118,37 @@ ratios() {
         NR == 1 { next }
         { cps[$1, $2, $3, $4] = $9; p99[$1, $2, $3, $4] = $11 }
         $1 == "rp_claim" && $4 == "direct" && $3 == ref && $9 + 0 > best + 0 { best = $9; bests = $2 }
+        $1 == "rp_claim_default" { dst = $2 }
         $1 == "rp_claim_batch" && $4 == "direct" && $9 + 0 > bbest + 0 { bbest = $9; bbestc = $3; bbests = $2 }
         $1 == "redis_lua" && $9 + 0 > rbest + 0 { rbest = $9; rbestc = $3 }
         function r(a, b) { return (b + 0 > 0 && a != "") ? sprintf("%.2f", a / b) : "n/a" }
         function show(name, a, b, detail) { printf "%s|%s|%s\n", name, r(a, b), detail }
         END {
             ceil = cps["ceiling", 0, ref, "direct"]
-            rp16 = cps["rp_claim", 16, ref, "direct"]
-            show("rp_claim (16 stripes) / ceiling, " ref " clients", rp16, ceil, rp16 " / " ceil " claims/s")
+            rpd = cps["rp_claim_default", dst, ref, "direct"]
+            show("rp_claim (default: " dst " stripes) / ceiling, " ref " clients", rpd, ceil, rpd " / " ceil " claims/s")
             if (bests != "")
                 show("rp_claim (best: " bests " stripes) / ceiling, " ref " clients", best, ceil, best " / " ceil " claims/s")
             c = cps["cond_update", 1, ref, "direct"]
             show("seed 004 conditional UPDATE / ceiling, " ref " clients", c, ceil, c " / " ceil " claims/s")
             f = cps["for_update", 1, ref, "direct"]
             show("seed 004 SELECT FOR UPDATE / ceiling, " ref " clients", f, ceil, f " / " ceil " claims/s")
-            a = p99["rp_claim", 16, ref, "direct"]; b = p99["ceiling", 0, ref, "direct"]
-            show("rp_claim (16 stripes) p99 / ceiling p99, " ref " clients", a, b, a " / " b " ms")
-            for (s = 1; s <= 1024; s++)
-                if (("rp_claim", s, maxc, "pgbouncer") in cps) {
-                    a = cps["rp_claim", s, maxc, "pgbouncer"]; b = cps["rp_claim", s, maxc, "direct"]
-                    show("rp_claim (" s " stripes) via PgBouncer / direct, " maxc " clients", a, b, a " / " b " claims/s")
-                    b = cps["ceiling", 0, maxc, "pgbouncer"]
-                    show("rp_claim (" s " stripes) / ceiling, both via PgBouncer, " maxc " clients", a, b, a " / " b " claims/s")
-                }
+            a = p99["rp_claim_default", dst, ref, "direct"]; b = p99["ceiling", 0, ref, "direct"]
+            show("rp_claim (default) p99 / ceiling p99, " ref " clients", a, b, a " / " b " ms")
+            if (("rp_claim_default", dst, maxc, "pgbouncer") in cps) {
+                a = cps["rp_claim_default", dst, maxc, "pgbouncer"]; b = cps["rp_claim_default", dst, maxc, "direct"]
+                show("rp_claim (default) via PgBouncer / direct, " maxc " clients", a, b, a " / " b " claims/s")
+                b = cps["ceiling", 0, maxc, "pgbouncer"]
+                show("rp_claim (default) / ceiling, both via PgBouncer, " maxc " clients", a, b, a " / " b " claims/s")
+            }
             if (("ceiling", 0, maxc, "pgbouncer") in cps) {
                 a = cps["ceiling", 0, maxc, "pgbouncer"]; b = cps["ceiling", 0, maxc, "direct"]
                 show("ceiling via PgBouncer / direct, " maxc " clients", a, b, a " / " b " claims/s")
             }
             if (bbest != "") {
                 printf "rp_claim_batch claims/s (best: %s clients)|%s|%s claims a second\n", bbestc, bbest, bbest
+                a = cps["rp_claim_batch", bbests, maxc, "direct"]
+                show("rp_claim_batch " maxc " callers / best", a, bbest, a " / " bbest " claims/s")
                 if (rbest != "") {
                     show("rp_claim_batch best / Redis Lua best", bbest, rbest,
                          bbest " (" bbestc " clients) / " rbest " (" rbestc " clients) claims/s")
@@ -138,6 +156,69 @@ ratios() {
                     show("rp_claim_batch / Redis Lua, " ref " clients", a, b, a " / " b " claims/s")
                 }
             }
+        }' "$CSV"
+}
+
+# Issue 14's targets, each from this one run, as
+# "target|value|bound|met or not met|from" lines (value n/a, verdict "not
+# run", when the run lacks the workloads).
+targets() {
+    local cpu_line=""
+    [ -f "$DIR/cpu.csv" ] && cpu_line=$(cpu_summary | awk -F'|' '
+        { us[$1] = $4; a[$1] = $5; c[$1] = $6 }
+        END { printf "%s|%s|%s|%s", us["rp_claim"], us["ceiling"], a["rp_claim"], c["rp_claim"] }')
+    awk -F, -v ref="$ref" -v maxc="$maxc" -v cpu="$cpu_line" '
+        NR == 1 { next }
+        { cps[$1, $3, $4] = $9; p99[$1, $3, $4] = $11; st[$1, $3, $4] = $2 }
+        $1 == "rp_claim_batch" && $4 == "direct" && $9 + 0 > bbest + 0 { bbest = $9; bbestc = $3 }
+        $1 == "redis_lua" && $9 + 0 > rbest + 0 { rbest = $9; rbestc = $3 }
+        function ratio(a, b) { return (a != "" && b != "" && b + 0 > 0) ? a / b : "" }
+        # line(target, a, b, op, bound, detail): met when a/b op bound
+        function line(t, a, b, op, bound, detail,    v, ok) {
+            v = ratio(a, b)
+            if (v == "") { printf "%s|n/a|%s %s|not run|%s\n", t, op, bound, detail; return }
+            ok = (op == ">=") ? (v + 0 >= bound + 0) : (v + 0 <= bound + 0)
+            printf "%s|%.2f|%s %s|%s|%s\n", t, v, op, bound, ok ? "met" : "NOT MET", detail
+        }
+        function info(t, a, b, detail,    v) {
+            v = ratio(a, b)
+            printf "%s|%s|-|for comparison|%s\n", t, (v == "" ? "n/a" : sprintf("%.2f", v)), detail
+        }
+        END {
+            ceil = cps["ceiling", ref, "direct"]; cp99 = p99["ceiling", ref, "direct"]
+            d = cps["rp_claim_default", ref, "direct"]; dp99 = p99["rp_claim_default", ref, "direct"]
+            ds = st["rp_claim_default", ref, "direct"]
+            line("rp_claim (default settings, " ds " stripes) / insert-only ceiling, claims/s, " ref " clients",
+                 d, ceil, ">=", "0.9", d " / " ceil " claims/s")
+            line("rp_claim (default settings) p99 / ceiling p99, " ref " clients",
+                 dp99, cp99, "<=", "1.5", dp99 " / " cp99 " ms")
+            split(cpu, u, "|")
+            line("CPU per claim / CPU per ceiling insert, one backend (default settings)",
+                 u[1], u[2], "<=", "1.3", u[1] " / " u[2] " us")
+            # memory flat: Anonymous and memory contexts grow by at most 5% from half-way to the end
+            if (u[3] != "") {
+                split(u[3], an, " / "); split(u[4], cx, " / ")
+                g = (an[3] - an[2]) / an[2]; h = (cx[3] - cx[2]) / cx[2]; m = (g > h) ? g : h
+                printf "memory of the claiming backend, half-way to end (Anonymous, memory contexts)|%+.1f%%|<= +5%%|%s|Anonymous %s kB, contexts %s kB (after 1000 / half-way / end)\n",
+                    100 * m, (m <= 0.05 ? "met" : "NOT MET"), u[3], u[4]
+            } else
+                printf "memory of the claiming backend, half-way to end|n/a|<= +5%%|not run|\n"
+            b = cps["rp_claim_batch", maxc, "direct"]
+            line("rp_claim_batch at " maxc " callers / best rp_claim_batch (" bbestc " callers)",
+                 b, bbest, ">=", "0.8", b " / " bbest " claims/s")
+            a = cps["rp_claim_default", maxc, "pgbouncer"]; c = cps["ceiling", maxc, "pgbouncer"]
+            line("rp_claim (default settings) / ceiling, both via PgBouncer, " maxc " clients",
+                 a, c, ">=", "0.8", a " / " c " claims/s")
+            x = cps["cond_update", ref, "direct"]
+            info("seed 004 conditional UPDATE / ceiling, " ref " clients", x, ceil, x " / " ceil " claims/s")
+            x = cps["for_update", ref, "direct"]
+            info("seed 004 SELECT FOR UPDATE / ceiling, " ref " clients", x, ceil, x " / " ceil " claims/s")
+            x = cps["redis_lua", ref, "direct"]
+            info("Redis Lua (appendfsync always) / ceiling, " ref " clients", x, ceil, x " / " ceil " claims/s")
+            info("rp_claim (default settings) / Redis Lua, " ref " clients", d, x, d " / " x " claims/s")
+            if (bbest != "" && rbest != "")
+                info("rp_claim_batch best / Redis Lua best", bbest, rbest,
+                     bbest " (" bbestc " callers) / " rbest " (" rbestc " clients) claims/s")
         }' "$CSV"
 }
 
@@ -247,6 +328,18 @@ plot() {
         echo
     fi
     if [ "$HAVE_BENCH" = 1 ]; then
+        echo "## Targets (issue 14), from this run"
+        echo
+        echo "\"default settings\" = an activity created without a stripes argument (the"
+        echo "redpacket.stripes default$( [ -n "$(meta default_stripes)" ] && echo ", $(meta default_stripes) on this run")); the ceiling is one claim-shaped"
+        echo "row inserted per transaction; throughput counts the last $(meta seconds_per_run) s of each run, after a"
+        echo "warm-up of $(meta warmup) s (at 16 / 64 / 256 clients)."
+        echo
+        echo "| target | value | bound | verdict | from |"
+        echo "|---|---:|---:|---|---|"
+        targets | awk -F'|' '{ v = $4; if (v == "met" || v == "NOT MET") v = "**" v "**"
+                              printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, v, $5 }'
+        echo
         echo "## Throughput"
         echo
         echo "claims/s <sub>p50 / p99 latency in ms</sub> (rp_claim_batch: latency of a call of $(meta batch) claims)"
@@ -275,7 +368,7 @@ plot() {
     if [ -f "$DIR/cpu.csv" ]; then
         echo "## CPU and memory of one backend"
         echo
-        echo "One backend (pgbench -c 1 -t N -M prepared) making N claims in a row (rp_claim, 16 stripes),"
+        echo "One backend (pgbench -c 1 -t N -M prepared) making N claims in a row (rp_claim, default settings),"
         echo "another as many ceiling inserts, one transaction each, synchronous_commit off; CPU = the"
         echo "backend's utime + stime; per operation after the first 1000; memory after"
         echo "1000 operations / half-way / at the end (Anonymous = private memory; RSS also counts the"
@@ -320,6 +413,9 @@ plot() {
 if [ "$HAVE_BENCH" = 1 ]; then
     plot
     throughput_text
+    echo
+    echo "targets (issue 14):"
+    targets | awk -F'|' '{ printf "  %-9s %-84s %7s  (%s %s; %s)\n", $4, $1, $2, "bound", $3, $5 }'
     echo
     echo "ratios:"
     ratios | awk -F'|' '{ printf "  %-62s %8s   (%s)\n", $1, $2, $3 }'

@@ -8,19 +8,32 @@
 #   ceiling         one unique INSERT into a table shaped like redpacket.claim
 #   cond_update     seed 004: unique insert + UPDATE balance ... WHERE balance >= amount
 #   for_update      seed 004: SELECT balance ... FOR UPDATE, UPDATE, INSERT
-#   rp_claim        at 1, 4, 16, 64 and 256 stripes
-#   rp_claim_batch  100 claims a call (claims counted, not calls; latency is per call)
+#   rp_claim_default  rp_claim on an activity created WITHOUT a stripes
+#                   argument, so the redpacket.stripes default applies: the
+#                   headline row, what a user gets without tuning
+#   rp_claim        the stripe sweep: 1, 4, 16, 64 and 256 stripes (from 16
+#                   clients on; at 1 client the stripe count does not matter)
+#   rp_claim_batch  100 claims a call on 16 stripes (claims counted, not
+#                   calls; latency is per call)
 #   redis_lua       EVALSHA of SISMEMBER + balance check + DECRBY + SADD on a
 #                   redis-server with appendfsync always (redis-benchmark)
 # at 1, 16, 64 and 256 clients, each claiming from ONE activity with new users,
-# pgbench -M prepared; the 256-client ceiling and rp_claim (16 stripes) also
-# go through PgBouncer (transaction pooling, pool of 32; -M extended, since
-# PgBouncer 1.18 cannot carry named prepared statements across transactions).
+# pgbench -M prepared; the 256-client ceiling and rp_claim at the default
+# settings also go through PgBouncer (transaction pooling, pool of 32;
+# -M extended, since PgBouncer 1.18 cannot carry named prepared statements
+# across transactions).  Each pgbench run lasts BENCH_WARMUP + BENCH_SECONDS;
+# the figures count only the transactions that started in the last
+# BENCH_SECONDS after the warm-up (from pgbench's per-transaction log), so
+# that connecting, preparing plans and faulting in shared memory in hundreds
+# of new backends is not measured; every workload is treated alike, and the
+# CSV's seconds column is the window actually measured.
 # Every run is checked (claims + remaining = funded, one claim per user, every
 # call claimed, a full rp_reconcile) and PASS/FAIL printed.  Then one backend
 # makes BENCH_CPU_CLAIMS claims in a row and as many ceiling inserts
-# (synchronous_commit off): CPU and wall time per operation, memory at the
-# start, middle and end, and a pg_stat_statements breakdown.  Last, unless
+# (synchronous_commit off), the claims on an activity at the default
+# settings: CPU and wall time per operation, memory at the start, middle and
+# end, and a pg_stat_statements breakdown.  report.sh states every target of
+# issue 14 as a ratio from this one run, met or not met.  Last, unless
 # BENCH_RECONCILE=0, test/bench/reconcile_cost.sh.
 #
 # Writes test/bench/results/{bench.csv,cpu.csv,statements.csv,meta.csv,
@@ -32,11 +45,16 @@
 #                     100000 CPU claims, reconcile_cost.sh at 1/10 size
 #   BENCH_CLIENTS     client counts ("1 16 64 256")
 #   BENCH_STRIPES     rp_claim stripe counts ("1 4 16 64 256")
-#   BENCH_POOLED_STRIPES  stripes of the PgBouncer rp_claim run (16)
+#   BENCH_WARMUP      seconds before the measured window (clients <= 16: 2,
+#                     64: 5, more: 10); pgbench's -T adds the time it takes
+#                     to connect the clients (measured once per count)
 #   BENCH_BATCH       claims per rp_claim_batch call (100)
+#   BENCH_BATCH_STRIPES  stripes of the rp_claim_batch activity (16)
 #   BENCH_CPU_CLAIMS  claims (and inserts) of the CPU/memory run (1000000)
-#   BENCH_WORKLOADS   subset to run ("ceiling cond_update for_update rp_claim
-#                     rp_claim_batch redis_lua pgbouncer cpu")
+#   BENCH_WORKLOADS   subset to run ("ceiling cond_update for_update
+#                     rp_claim_default rp_claim rp_claim_batch redis_lua
+#                     pgbouncer cpu")
+#   BENCH_PORTS       LOW-HIGH: the TCP ports to use (lib.sh)
 #   BENCH_RECONCILE=0 skip reconcile_cost.sh
 #   BENCH_JOBS        pgbench threads (number of cores)
 #   BENCH_KEEP=1      keep the scratch directory (cluster, logs)
@@ -61,10 +79,10 @@ else
     read -r -a STRIPES <<<"${BENCH_STRIPES:-1 4 16 64 256}"
     CPU_CLAIMS=${BENCH_CPU_CLAIMS:-1000000}
 fi
-POOLED_STRIPES=${BENCH_POOLED_STRIPES:-16}
 BATCH=${BENCH_BATCH:-100}
+BATCH_STRIPES=${BENCH_BATCH_STRIPES:-16}
 JOBS=${BENCH_JOBS:-$(nproc 2>/dev/null || echo 2)}
-WORKLOADS=" ${BENCH_WORKLOADS:-ceiling cond_update for_update rp_claim rp_claim_batch redis_lua pgbouncer cpu} "
+WORKLOADS=" ${BENCH_WORKLOADS:-ceiling cond_update for_update rp_claim_default rp_claim rp_claim_batch redis_lua pgbouncer cpu} "
 MAXC=0
 for c in "${CLIENTS[@]}"; do [ "$c" -le "$MAXC" ] || MAXC=$c; done
 # a budget no run can exhaust: 10^12 currency units
@@ -79,27 +97,17 @@ export BENCH_RESULTS
 # reconcile_cost.sh runs again).
 rm -f "$BENCH_RESULTS"/{bench.csv,cpu.csv,statements.csv,meta.csv,throughput.png}
 
-echo "== redpacket benchmark: ${SECS} s a run, clients ${CLIENTS[*]}, rp_claim stripes ${STRIPES[*]}," \
+echo "== redpacket benchmark: ${SECS} s measured a run (after a warm-up), clients ${CLIENTS[*]}, rp_claim stripes ${STRIPES[*]}," \
      "batch $BATCH, CPU run $CPU_CLAIMS claims, pgbench threads $JOBS"
 bench_cluster_start bench
 mkdir -p "$BENCH_DIR/log"
 bench_psql -f "$BENCH_HERE/setup.sql"
+DEFAULT_STRIPES=$(bench_psql -At -c "SHOW redpacket.stripes")
 
 CSV_TMP="$BENCH_DIR/bench.csv"
 echo "workload,stripes,clients,via,protocol,seconds,calls,claims,claims_per_s,p50_ms,p99_ms,invariants,top_waits" >"$CSV_TMP"
 FAILS=0
 CHECKS=0
-
-# percentiles (in ms) of microsecond latencies, one a line on stdin: "p50 p99"
-percentiles() {
-    sort -n | awk '{ v[NR] = $1 }
-        END {
-            if (NR == 0) { print "NA NA"; exit }
-            i50 = int(NR * 0.50 + 0.999999); if (i50 < 1) i50 = 1
-            i99 = int(NR * 0.99 + 0.999999); if (i99 < 1) i99 = 1
-            printf "%.3f %.3f\n", v[i50] / 1000, v[i99] / 1000
-        }'
-}
 
 # What the active backends wait on during a run: one psql session polls
 # pg_stat_activity every 100 ms until the stop file appears (one connection,
@@ -144,20 +152,80 @@ check_run() {
     return "$bad"
 }
 
-new_activity() {   # new_activity STRIPES -> id of a redpacket activity
-    bench_psql -At -c "SELECT redpacket.rp_create_activity($FUNDED, stripes => $1)"
+new_activity() {   # new_activity STRIPES|default -> id of a redpacket activity
+    if [ "$1" = default ]; then
+        # no stripes argument: the redpacket.stripes default applies
+        bench_psql -At -c "SELECT redpacket.rp_create_activity($FUNDED)"
+    else
+        bench_psql -At -c "SELECT redpacket.rp_create_activity($FUNDED, stripes => $1)"
+    fi
+}
+stripes_of() {     # stripes_of ACT -> its stripe count
+    bench_psql -At -c "SELECT count(*) FROM redpacket.stripe WHERE activity_id = $1"
+}
+# pgbench's -T also counts the time it takes to connect its clients (many
+# seconds for 256 on a loaded machine): measured once per client count with a
+# trivial script, and added, with a margin, to every run's -T.
+declare -A CONNECT_SECS=()
+connect_secs() {   # connect_secs CLIENTS: sets CONNECT_SECS[CLIENTS], whole seconds to allow
+    local c=$1 ms
+    if [ -z "${CONNECT_SECS[$c]:-}" ]; then
+        echo "SELECT 1;" >"$BENCH_DIR/select1.pgbench"
+        ms=$("$PGBIN/pgbench" -n -c "$c" -j "$( [ "$JOBS" -le "$c" ] && echo "$JOBS" || echo "$c")" -t 1 \
+                 -f "$BENCH_DIR/select1.pgbench" 2>/dev/null |
+             sed -n 's/^initial connection time = \([0-9.]*\) ms/\1/p')
+        CONNECT_SECS[$c]=$(awk -v ms="${ms:-0}" 'BEGIN { printf "%d", ms * 1.5 / 1000 + 1 }')
+    fi
+}
+warmup_for() {     # warmup_for CLIENTS -> seconds before the measured window
+    if [ -n "${BENCH_WARMUP:-}" ]; then echo "$BENCH_WARMUP"
+    elif [ "$1" -le 16 ]; then echo 2
+    elif [ "$1" -le 64 ]; then echo 5
+    else echo 10
+    fi
 }
 new_run() {        # bench.balance row for the baselines
     bench_psql -At -c "SELECT bench.new_run($FUNDED)"
 }
 
+# The measured window of a run, from pgbench's per-transaction logs on stdin
+# (client, xact, latency us, script, end s, end us): the transactions that
+# started from WARM seconds after the first start, for SECS seconds (less if
+# the run ended sooner: connecting hundreds of clients on a loaded machine
+# eats into pgbench's -T; then the last SECS seconds, or all of it).  Every
+# transaction started completes, so none is cut off.  Prints
+# "calls p50_ms p99_ms window_s".
+window() {   # window WARM
+    awk -v secs="$SECS" -v warm="$1" '
+        { s = $5 + $6 / 1e6 - $3 / 1e6; st[NR] = s; l[NR] = $3
+          if (NR == 1 || s < smin) smin = s; if (NR == 1 || s > smax) smax = s }
+        END {
+            lo = smin + warm
+            if (smax - lo < secs / 2) lo = (smax - secs > smin) ? smax - secs : smin
+            hi = (lo + secs < smax) ? lo + secs : smax
+            if (hi <= lo) hi = lo + 0.001
+            printf "W %.3f\n", hi - lo
+            for (i = 1; i <= NR; i++) if (st[i] >= lo && st[i] < hi) print l[i]
+        }' | sort -k1,1 -g | awk '
+        $1 == "W" { w = $2; next }
+        { v[++n] = $1 }
+        END {
+            if (n == 0) { printf "0 NA NA %s\n", (w == "" ? 0 : w); exit }
+            i50 = int(n * 0.50 + 0.999999); if (i50 < 1) i50 = 1
+            i99 = int(n * 0.99 + 0.999999); if (i99 < 1) i99 = 1
+            printf "%d %.3f %.3f %s\n", n, v[i50] / 1000, v[i99] / 1000, w
+        }'
+}
+
 # run_pgbench WORKLOAD STRIPES CLIENTS VIA SCRIPT KIND CLAIMS_PER_CALL
+# (STRIPES "default": an activity created without a stripes argument)
 run_pgbench() {
     local workload=$1 stripes=$2 clients=$3 via=$4 script=$5 kind=$6 per=$7
-    local act tag log jobs proto rc=0 calls tps claims cps p50 p99 verdict waits
+    local act tag log jobs proto rc=0 calls total claims cps p50 p99 verdict waits warm secs
     local conn=()
     case $kind in
-        redpacket) act=$(new_activity "$stripes") ;;
+        redpacket) act=$(new_activity "$stripes")
+                   [ "$stripes" != default ] || stripes=$(stripes_of "$act") ;;
         *) act=$(new_run) ;;
     esac
     tag="$workload-s$stripes-c$clients-$via"
@@ -169,24 +237,28 @@ run_pgbench() {
         proto=extended
         conn=(-h 127.0.0.1 -p "$PGB_PORT")
     fi
+    warm=$(warmup_for "$clients")
     bench_psql -c CHECKPOINT
     waits_start "$log.waits"
-    "$PGBIN/pgbench" -n -M "$proto" -c "$clients" -j "$jobs" -T "$SECS" "${conn[@]}" \
+    connect_secs "$clients"
+    "$PGBIN/pgbench" -n -M "$proto" -c "$clients" -j "$jobs" -T $((SECS + warm + CONNECT_SECS[$clients])) "${conn[@]}" \
         -D act="$act" -D n=0 -D batch="$BATCH" -f "$BENCH_HERE/$script" \
         --log --log-prefix="$log" >"$log.out" 2>&1 || rc=$?
     waits=$(waits_stop "$log.waits")
-    calls=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log.out")
-    tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$log.out")
-    read -r p50 p99 < <(cat "$log".[0-9]* 2>/dev/null | awk '{ print $3 }' | percentiles)
+    total=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log.out")
+    read -r calls p50 p99 secs < <(cat "$log".[0-9]* 2>/dev/null | window "$warm")
     rm -f "$log".[0-9]*
+    total=${total:-0}
     calls=${calls:-0}
-    claims=$((calls * per))
-    cps=$(awk -v t="${tps:-0}" -v k="$per" 'BEGIN { printf "%.0f", t * k }')
-    printf '%-15s stripes %-4s clients %-4s %-9s %7s claims/s  p50 %8s ms  p99 %8s ms  (%s calls)\n' \
-        "$workload" "${stripes/#0/-}" "$clients" "$via" "$cps" "$p50" "$p99" "$calls"
+    # every claim made counts for the invariants; the window for the rate
+    claims=$((total * per))
+    secs=${secs:-0}
+    cps=$(awk -v c="$calls" -v k="$per" -v s="$secs" 'BEGIN { printf "%.0f", (s > 0 ? c * k / s : 0) }')
+    printf '%-16s stripes %-4s clients %-4s %-9s %7s claims/s  p50 %8s ms  p99 %8s ms  (%s calls in %s s measured, %s in all)\n' \
+        "$workload" "${stripes/#0/-}" "$clients" "$via" "$cps" "$p50" "$p99" "$calls" "$secs" "$total"
     printf '    waits: %s\n' "${waits:-none sampled}"
     verdict=PASS
-    if [ "$rc" -ne 0 ] || [ -z "$tps" ] || grep -q 'aborted\|^number of failed transactions: [1-9]' "$log.out"; then
+    if [ "$rc" -ne 0 ] || [ "$total" -eq 0 ] || grep -q 'aborted\|^number of failed transactions: [1-9]' "$log.out"; then
         echo "    FAIL  pgbench: exit $rc; its output:"
         grep -v '^progress' "$log.out" | tail -n 15 | sed 's/^/        /'
         FAILS=$((FAILS + 1))
@@ -194,7 +266,7 @@ run_pgbench() {
     fi
     CHECKS=$((CHECKS + 1))
     check_run "$kind" "$act" "$claims" "$tag" || verdict=FAIL
-    echo "$workload,$stripes,$clients,$via,$proto,$SECS,$calls,$claims,$cps,$p50,$p99,$verdict,$waits" >>"$CSV_TMP"
+    echo "$workload,$stripes,$clients,$via,$proto,$secs,$calls,$((calls * per)),$cps,$p50,$p99,$verdict,$waits" >>"$CSV_TMP"
 }
 
 # --- PostgreSQL workloads, direct ------------------------------------------
@@ -202,12 +274,13 @@ for c in "${CLIENTS[@]}"; do
     ! want ceiling || run_pgbench ceiling 0 "$c" direct ceiling.pgbench ceiling 1
     ! want cond_update || run_pgbench cond_update 1 "$c" direct cond_update.pgbench balance 1
     ! want for_update || run_pgbench for_update 1 "$c" direct for_update.pgbench balance 1
-    if want rp_claim; then
+    ! want rp_claim_default || run_pgbench rp_claim_default default "$c" direct rp_claim.pgbench redpacket 1
+    if want rp_claim && [ "$c" -gt 1 ]; then
         for s in "${STRIPES[@]}"; do
             run_pgbench rp_claim "$s" "$c" direct rp_claim.pgbench redpacket 1
         done
     fi
-    ! want rp_claim_batch || run_pgbench rp_claim_batch 16 "$c" direct rp_claim_batch.pgbench redpacket "$BATCH"
+    ! want rp_claim_batch || run_pgbench rp_claim_batch "$BATCH_STRIPES" "$c" direct rp_claim_batch.pgbench redpacket "$BATCH"
 done
 
 # --- Through PgBouncer at the largest client count -------------------------
@@ -242,7 +315,7 @@ EOF
         sleep 0.1
     done
     run_pgbench ceiling 0 "$MAXC" pgbouncer ceiling.pgbench ceiling 1
-    run_pgbench rp_claim "$POOLED_STRIPES" "$MAXC" pgbouncer rp_claim.pgbench redpacket 1
+    run_pgbench rp_claim_default default "$MAXC" pgbouncer rp_claim.pgbench redpacket 1
     kill "$(cat "$PGB_DIR/pgbouncer.pid")" 2>/dev/null || true
 fi
 
@@ -337,14 +410,14 @@ cpu_run() {   # cpu_run KIND ACT N [PGOPTIONS]
 }
 if want cpu; then
     echo
-    echo "-- one backend: $CPU_CLAIMS claims in a row, then in another $CPU_CLAIMS ceiling inserts (synchronous_commit off)"
+    echo "-- one backend: $CPU_CLAIMS claims in a row (default settings), then in another $CPU_CLAIMS ceiling inserts (synchronous_commit off)"
     {
         echo "shared_preload_libraries = 'redpacket, pg_stat_statements'"
         echo "pg_stat_statements.track = 'none'"
     } >>"$BENCH_DIR/data/postgresql.conf"
     bench_cluster_restart
     bench_psql -c "CREATE EXTENSION pg_stat_statements" -f "$BENCH_HERE/cpu.sql"
-    cact=$(new_activity 16)
+    cact=$(new_activity default)
     crun=$(new_run)
     bench_psql -c CHECKPOINT
     cpu_run rp_claim "$cact" "$CPU_CLAIMS"
@@ -361,7 +434,7 @@ if want cpu; then
         WINDOW w AS (PARTITION BY kind ORDER BY ops)
         ORDER BY kind DESC, ops" >"$BENCH_RESULTS/cpu.csv"
     brk=$((CPU_CLAIMS / 10))
-    bact=$(new_activity 16)
+    bact=$(new_activity default)
     brun=$(new_run)
     bench_psql -c "SELECT pg_stat_statements_reset()" >/dev/null
     cpu_run rp_claim "$bact" "$brk" "-c pg_stat_statements.track=all"
@@ -401,6 +474,9 @@ bench_cleanup
     echo "redis,${R_VERSION:-not run}"
     echo "pgbouncer,$(pgbouncer --version 2>/dev/null | sed -n 's/^PgBouncer //p' | head -n 1)"
     echo "batch,$BATCH"
+    echo "batch_stripes,$BATCH_STRIPES"
+    echo "default_stripes,${DEFAULT_STRIPES:-}"
+    echo "warmup,$(warmup_for 16)/$(warmup_for 64)/$(warmup_for 256)"
     echo "cpu_claims,$CPU_CLAIMS"
     echo "checks,$CHECKS"
     echo "fails,$FAILS"
