@@ -416,7 +416,7 @@ rp_close_activity(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	RpRequireLocalActivity(PG_GETARG_INT64(0));
 	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
-	RpLockAllStripes(&act);
+	RpWaitAllStripes(&act);
 	remainder = RpSettle(&act, "closed");
 	SPI_finish();
 	PG_RETURN_NUMERIC(RpUnitsToAmount(remainder, act.scale));
@@ -434,7 +434,7 @@ SetFrozen(int64 activity, text *reason)
 	RpRequireLocalActivity(activity);
 	(void) RpFetchActivity(activity, &act, false);
 	/* wait for claims in flight; later ones see the new state */
-	RpLockAllStripes(&act);
+	RpWaitAllStripes(&act);
 	RpCheckStripeRows(&act);
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(reason);

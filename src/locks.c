@@ -48,13 +48,14 @@
  *		... < L1 if all of them were such transactions: impossible.  A cycle
  *		therefore needs a transaction of rule 4 (two of them, or one and a
  *		gatherer, a batch, close or freeze); PostgreSQL's deadlock detector
- *		fails one with 40P01.  Every wait of a claim or batch that is not
- *		of rule 4 lasts ten times deadlock_timeout before it looks for a
- *		cycle (RpPatientBegin), so the victim is the rule 4 transaction, or
- *		close, freeze or reconciliation (they wait with the plain timeout),
- *		not a single call: PostgreSQL's detector may fail any waiter whose
- *		check finds the cycle, even one merely queued behind it.  An earlier version refused such a transaction's wait
- *		up front while a gatherer was about (a share lock on the gather
+ *		fails one with 40P01.  Every wait of a claim, batch, close, freeze
+ *		or reconciliation that is not of rule 4 lasts ten times
+ *		deadlock_timeout before it looks for a cycle (RpPatientBegin), so
+ *		the victim is the rule 4 transaction, not a single call nor the
+ *		reconciler (whose failed pass would raise a false alarm):
+ *		PostgreSQL's detector may fail any waiter whose check finds the
+ *		cycle, even one merely queued behind it.  An earlier version
+ *		refused such a transaction's wait up front while a gatherer was about (a share lock on the gather
  *		lock); under the stress run that failed about 4% of the two-claim
  *		transactions, far more often than the deadlocks it prevents, so it
  *		was dropped.  Earlier still, a batch gave back its user locks before

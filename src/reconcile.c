@@ -664,7 +664,7 @@ ReconcileOne(RpCheck *c, const RpActivity *act, const RpPass *pass)
 	bool		settled = act->closed;
 	bool		wrote = false;
 
-	RpLockAllStripes(act);
+	RpWaitAllStripes(act);
 	c->checked_at = GetCurrentTimestamp();
 	c->detail = Incomplete(act, pass->repair && c->full);
 	if (c->detail != NULL)
