@@ -111,14 +111,7 @@ static RpPlan insert_claims = {
 	"INSERT INTO redpacket.claim"
 	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
-	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($3::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($4::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($5::pg_catalog.numeric[]),"
-	"                   pg_catalog.unnest($6::pg_catalog.int4[]))"
-	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)"
-	"  ORDER BY k.ord"
-	" RETURNING claim_id, claimed_at",
+	RP_SQL_BATCH_ROWS,
 	6, {INT8OID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, NUMERICARRAYOID, INT4ARRAYOID}
 };
 

@@ -169,6 +169,28 @@ typedef struct RpPlanOut
 
 extern RpPlanResult RpPlanClaim(const RpPlanIn *in, RpPlanOut *out);
 
+/*
+ * SQL shared by the single-node statements and their Citus shard twins
+ * (scaleout.c): the fast decrement's SET and WHERE clauses, and the rows of
+ * a batch's claim insert from its arrays $2..$6.
+ */
+#define RP_SQL_TAKE_FIXED \
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
+	"       packets = packets OPERATOR(pg_catalog.-) 1," \
+	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2" \
+	"   AND balance OPERATOR(pg_catalog.>=) $3" \
+	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted"
+#define RP_SQL_BATCH_ROWS \
+	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
+	"                   pg_catalog.unnest($3::pg_catalog.text[])," \
+	"                   pg_catalog.unnest($4::pg_catalog.text[])," \
+	"                   pg_catalog.unnest($5::pg_catalog.numeric[])," \
+	"                   pg_catalog.unnest($6::pg_catalog.int4[]))" \
+	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)" \
+	"  ORDER BY k.ord" \
+	" RETURNING claim_id, claimed_at"
+
 /* stripe.c: picking, decrementing and gathering stripes of one activity */
 typedef enum RpTakeResult
 {

@@ -258,13 +258,7 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"       pg_catalog.bool_or(c.idempotency_key OPERATOR(pg_catalog.=) $3)"
 	"  FROM %s c"
 	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.user_id OPERATOR(pg_catalog.=) $2",
-	"UPDATE %s"
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
-	"       packets = packets OPERATOR(pg_catalog.-) 1,"
-	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2"
-	"   AND balance OPERATOR(pg_catalog.>=) $3"
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted",
+	"UPDATE %s" RP_SQL_TAKE_FIXED,
 	"INSERT INTO %s"
 	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" VALUES ($1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
@@ -275,14 +269,7 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" SELECT $1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
 	"        k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
-	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($3::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($4::pg_catalog.text[]),"
-	"                   pg_catalog.unnest($5::pg_catalog.numeric[]),"
-	"                   pg_catalog.unnest($6::pg_catalog.int4[]))"
-	"        WITH ORDINALITY AS k(user_id, request_id, idem, amount, stripe, ord)"
-	"  ORDER BY k.ord"
-	" RETURNING claim_id, claimed_at"
+	RP_SQL_BATCH_ROWS
 };
 
 static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 7, 6};

@@ -28,13 +28,7 @@
  * lock and mark every stripe.
  */
 static RpPlan take_fixed = {
-	"UPDATE redpacket.stripe"
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
-	"       packets = packets OPERATOR(pg_catalog.-) 1,"
-	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2"
-	"   AND balance OPERATOR(pg_catalog.>=) $3"
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted",
+	"UPDATE redpacket.stripe" RP_SQL_TAKE_FIXED,
 	3, {INT8OID, INT4OID, INT8OID}
 };
 
