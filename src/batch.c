@@ -763,8 +763,10 @@ FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
 }
 
 /*
- * The batch, by the protocol in locks.c: wait for the user locks in order
- * and keep them; then at most three attempts.  The first try-locks the
+ * The batch, by the protocol in locks.c: take an admission slot (rule 0),
+ * wait for the user locks in order and keep them; then at most three
+ * attempts; last, give the slot to the next batch (the user locks and the
+ * stripes written stay locked to the end of the transaction).  The first try-locks the
  * stripes it needs.  If every stripe that could pay is busy, wait for one
  * (holding the user locks but no stripe) and try again with it.  If every
  * stripe is needed and one is busy (or the second attempt fails too), let
@@ -772,9 +774,11 @@ FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
  * holding the user locks; the last attempt then cannot fail.
  */
 static void
-ClaimBatch(int64 activity, BatchElem *e, int n)
+ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 {
+	int64		activity = meta->id;
 	BatchLocks	bl;
+	int			gate;
 	int			wait_stripe;
 	int			kept = -1;		/* stripe waited for, held for the next attempt */
 	bool		all_held = false;
@@ -787,6 +791,7 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 	FindRoots(e, n, true);
 	FindRoots(e, n, false);
 
+	gate = RpBatchGateEnter(meta);	/* rule 0: one lock while waiting its turn */
 	LockUsers(&bl);
 	(void) RpFetchActivity(activity, &act, false);
 	ReadHeld(&act, e, n);
@@ -813,6 +818,7 @@ ClaimBatch(int64 activity, BatchElem *e, int n)
 			all_held = true;
 		}
 	}
+	RpBatchGateLeave(activity, gate);
 	RpNoteHeld(activity);
 	for (int i = 0; i < n; i++)
 		RpStatsCount(activity, e[i].out.status);
@@ -853,7 +859,8 @@ BatchArray(FunctionCallInfo fcinfo, int argno, Oid elemtype, int nelems,
  */
 static void
 BatchElems(int64 activity, const Datum *users, const Datum *amounts, const bool *amount_nulls,
-		   const Datum *requests, const bool *request_nulls, BatchElem *e, int n)
+		   const Datum *requests, const bool *request_nulls, BatchElem *e, int n,
+		   RpActivity *out)
 {
 	RpActivity	act;
 
@@ -886,6 +893,7 @@ BatchElems(int64 activity, const Datum *users, const Datum *amounts, const bool 
 		e[i].key = act.per_user_limit == 1 ? cstring_to_text("") : e[i].request;
 		e[i].user_hash = RpUserHash(e[i].user);
 	}
+	*out = act;
 }
 
 /* Every element through the single-claim path (REPEATABLE READ, SERIALIZABLE). */
@@ -943,8 +951,11 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 			ClaimEach(activity, users, amounts, amount_nulls, requests, request_nulls, e, n);
 		else if (n > 0)
 		{
-			BatchElems(activity, users, amounts, amount_nulls, requests, request_nulls, e, n);
-			ClaimBatch(activity, e, n);
+			RpActivity	act;
+
+			BatchElems(activity, users, amounts, amount_nulls, requests, request_nulls, e, n,
+					   &act);
+			ClaimBatch(&act, e, n);
 		}
 		else
 			(void) RpFetchActivity(activity, &(RpActivity) {0}, false);

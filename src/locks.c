@@ -226,6 +226,41 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
 	RpWaitAllStripes(act);
 }
 
+/*
+ * Rule 0: admission.  A batch takes one of the activity's gate slots (as
+ * many as it has stripes, at most RP_BATCH_GATE_SLOTS) before its user
+ * locks, and gives it back when its call is done.  So at most that many
+ * batches hold user locks and compete for stripes at once; the others wait
+ * for a slot holding no lock of the activity: one lock each, however many
+ * users they carry.  Without it, hundreds of batches waited for a few
+ * stripes holding ~150 user and bucket locks each (issue 14).  A
+ * transaction that holds locks of earlier claims on the activity (rule 4)
+ * passes without a slot (returns -1): it never waits for the gate.
+ */
+#define RP_BATCH_GATE_SLOTS 64
+
+int
+RpBatchGateEnter(const RpActivity *act)
+{
+	uint32		slots = (uint32) Max(Min(act->stripes, RP_BATCH_GATE_SLOTS), 1);
+	uint32		start = (uint32) RpMyProcNumber % slots;
+
+	if (RpHeldEarlier(act->id))
+		return -1;
+	for (uint32 i = 0; i < slots; i++)
+		if (RpLock(RP_LOCK_GATE, act->id, (start + i) % slots, false))
+			return (int) ((start + i) % slots);
+	RpWaitLock(RP_LOCK_GATE, act->id, start, ExclusiveLock);
+	return (int) start;
+}
+
+void
+RpBatchGateLeave(int64 activity, int slot)
+{
+	if (slot >= 0)
+		RpUnlock(RP_LOCK_GATE, activity, (uint32) slot);
+}
+
 /* Let go of what RpGatherBegin took (the stripes written stay locked). */
 void
 RpGatherEnd(const RpActivity *act)

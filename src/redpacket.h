@@ -70,7 +70,8 @@ typedef enum RpLockKind
 	RP_LOCK_USER = 0x5202,		/* one (activity, user) pair, hashed */
 	RP_LOCK_RECONCILE = 0x5203,	/* the single reconciliation pass */
 	RP_LOCK_BUCKET = 0x5204,	/* a bucket of an activity's users (batches) */
-	RP_LOCK_GATHER = 0x5205		/* one claim or batch waits for every stripe */
+	RP_LOCK_GATHER = 0x5205,	/* one claim or batch waits for every stripe */
+	RP_LOCK_GATE = 0x5206		/* a batch's admission slot (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
@@ -247,6 +248,8 @@ extern void RpPatientBegin(int64 activity);
 extern void RpPatientEnd(void);
 extern void RpWaitAllStripes(const RpActivity *act);
 extern void RpGatherEnd(const RpActivity *act);
+extern int	RpBatchGateEnter(const RpActivity *act);
+extern void RpBatchGateLeave(int64 activity, int slot);
 extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
 
