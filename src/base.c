@@ -71,7 +71,8 @@ RpPrepared(RpPlan *p)
 {
 	if (p->plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, p->argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
+												p->cursor_options);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",

@@ -63,7 +63,13 @@ typedef struct BatchStripes
 
 /*
  * One index probe per element: the LIMIT keeps the planner from turning
- * this into a join that reads the activity's whole claim history.
+ * this into a join that reads the activity's whole claim history.  Both
+ * plans are generic (CURSOR_OPT_GENERIC_PLAN): a custom plan for an
+ * activity newer than the table's statistics estimates one claim for it and
+ * may pick claim_pkey (activity_id only) with the user and key as a filter,
+ * reading every claim of the activity for every element; each new backend
+ * made its first five calls that way, which under 256 new callers on a
+ * growing activity was the batch collapse of issue 14.
  */
 static RpPlan existing_claims = {
 	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
@@ -75,7 +81,7 @@ static RpPlan existing_claims = {
 	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
 	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
 	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
-	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
+	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
 };
 
 static RpPlan held_counts = {
@@ -83,7 +89,7 @@ static RpPlan held_counts = {
 	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
 	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)"
 	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)",
-	2, {INT8OID, TEXTARRAYOID}
+	2, {INT8OID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
 };
 
 static RpPlan read_stripes = {

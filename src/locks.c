@@ -7,22 +7,30 @@
  *		RP_USER_BUCKETS).  A small batch does the same for each of its users;
  *		a batch of many users holds their buckets in ExclusiveLock instead,
  *		so it needs at most RP_USER_BUCKETS user locks whatever its size, and
- *		still excludes every single claim of its users (batch.c).  Money is
+ *		still excludes every single claim of its users (batch.c); before
+ *		them it takes one of the activity's gate slots (rule 0).  Money is
  *		taken under stripe locks, kept to the end of the transaction for the
  *		stripes written.
  *
  *		Waiting.  Which waits are allowed, and why a transaction that makes a
  *		single rp_claim or rp_claim_batch call is never part of a deadlock.
- *		The locks of one activity are ordered: the gather lock, then the
- *		buckets (by number), then the users (by hash), then the stripes (by
- *		number).  Try-locks never wait, so only waits matter:
+ *		The locks of one activity are ordered: the batch gate slots, then
+ *		the gather lock, then the buckets (by number), then the users (by
+ *		hash), then the stripes (by number).  Try-locks never wait, so only
+ *		waits matter:
+ *		0. A batch first takes a gate slot (RpBatchGateEnter): it try-locks
+ *		   each slot, and if all are busy waits for one holding nothing of
+ *		   the activity; it gives the slot back when its call is done.  Only
+ *		   batches take slots, and a transaction of rule 4 passes without
+ *		   one, so nobody waits for a slot holding anything of the activity.
  *		1. A single claim waits for its user and bucket locks holding nothing
  *		   of its own (RpLockUser), and for a busy stripe holding nothing: it
  *		   gives everything back, waits, keeps the stripe and takes its user
  *		   lock only if free (else gives back again).
  *		2. A batch waits for its buckets in bucket order, then for its users
- *		   in hash order, holding only lower ones of its own, and keeps them
- *		   to the end: it never gives them back.  Holding them (and no
+ *		   in hash order, holding only lower ones of its own (its gate slot
+ *		   and buckets), and keeps them to the end: it never gives them
+ *		   back (only the slot, once its call is done).  Holding them (and no
  *		   stripe) it may wait for one busy stripe; with that one and what it
  *		   can try-lock it decides, or, when every stripe is needed and one is
  *		   busy, it gives back its stripes (not its user locks) and waits for
@@ -61,7 +69,11 @@
  *		was dropped.  Earlier still, a batch gave back its user locks before
  *		every stripe wait and took them again after it, as single claims do:
  *		under 256 concurrent batches that was a loop of hundreds of lock
- *		manager calls per wait (issue 14).
+ *		manager calls per wait (issue 14).  Then, without the gate, 256
+ *		batches of 100 users on 16 stripes meant ~240 of them waiting for a
+ *		stripe holding ~150 user and bucket locks each (~38,000 locks in
+ *		the shared lock table); with it, at most one batch per stripe holds
+ *		user locks and the rest wait for a slot holding none.
  */
 #include "postgres.h"
 

@@ -92,6 +92,7 @@ typedef struct RpPlan
 	int			nargs;
 	Oid			argtypes[16];
 	SPIPlanPtr	plan;
+	int			cursor_options; /* for SPI_prepare_cursor: 0 or CURSOR_OPT_GENERIC_PLAN */
 } RpPlan;
 
 extern SPIPlanPtr RpPrepared(RpPlan *p);
