@@ -11,7 +11,10 @@
 # backend's private memory (Anonymous kB) from the 1000th operation to the
 # last.  A noisy machine inflates every kind alike: read the ratios.
 #
-# Environment: CPU_OPS (100000 a run), CPU_ROUNDS (3), CPU_STRIPES (16).
+# Environment: CPU_OPS (100000 a run), CPU_ROUNDS (3), CPU_STRIPES (16; a
+# list such as "16 64" measures the direct path at each stripe count in the
+# same rounds, e.g. make bench's default of 64 against 16; the SPI path runs
+# at the first).
 # Run as an ordinary user; as root it re-runs itself as postgres.
 set -euo pipefail
 BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,18 +24,18 @@ bench_drop_root cpu_paths.sh "$@"
 
 OPS=${CPU_OPS:-100000}
 ROUNDS=${CPU_ROUNDS:-3}
-STRIPES=${CPU_STRIPES:-16}
+read -r -a STRIPES <<<"${CPU_STRIPES:-16}"
 HZ=$(getconf CLK_TCK)
 
 bench_cluster_start cpu_paths "redpacket.reconcile_interval = 0" "shared_buffers = 1GB"
 bench_psql -q -f "$BENCH_HERE/setup.sql" -f "$BENCH_HERE/cpu.sql" >/dev/null
 
-one() {   # one KIND LABEL [PGOPTIONS] -> "µs_per_op anon_growth_kb"
-    local kind=$1 label=$2 opts=${3:-} act
+one() {   # one KIND LABEL STRIPES [PGOPTIONS] -> "µs_per_op anon_growth_kb"
+    local kind=$1 label=$2 stripes=$3 opts=${4:-} act
     if [ "$kind" = ceiling ]; then
         act=$(bench_psql -At -c "SELECT bench.new_run(1000000000000)")
     else
-        act=$(bench_psql -At -c "SELECT redpacket.rp_create_activity(1000000000000, stripes => $STRIPES)")
+        act=$(bench_psql -At -c "SELECT redpacket.rp_create_activity(1000000000000, stripes => $stripes)")
     fi
     bench_psql -q -c "DELETE FROM bench.cpu_sample" -c CHECKPOINT
     PGOPTIONS="-c synchronous_commit=off $opts" "$PGBIN/pgbench" -n -M prepared -c 1 -t "$OPS" \
@@ -45,21 +48,31 @@ one() {   # one KIND LABEL [PGOPTIONS] -> "µs_per_op anon_growth_kb"
           FROM bench.cpu_sample"
 }
 
+KINDS=()
+for st in "${STRIPES[@]}"; do KINDS+=("direct$st"); done
+KINDS+=("spi${STRIPES[0]}" ceiling)
 declare -A ALL=()
 for r in $(seq 1 "$ROUNDS"); do
-    for k in direct spi ceiling; do
+    for k in "${KINDS[@]}"; do
         case $k in
-            direct) out=$(one rp_claim direct "-c redpacket.direct_claims=on") ;;
-            spi) out=$(one rp_claim spi "-c redpacket.direct_claims=off") ;;
-            ceiling) out=$(one ceiling ceiling) ;;
+            direct*) out=$(one rp_claim "$k" "${k#direct}" "-c redpacket.direct_claims=on") ;;
+            spi*) out=$(one rp_claim "$k" "${k#spi}" "-c redpacket.direct_claims=off") ;;
+            ceiling) out=$(one ceiling ceiling 0) ;;
         esac
         read -r us grow <<<"$out"
         ALL[$k]="${ALL[$k]:-} $us"
-        printf 'round %d  %-8s %8s us CPU/op  anon growth %s kB\n' "$r" "$k" "$us" "${grow:-?}"
+        printf 'round %d  %-10s %8s us CPU/op  anon growth %s kB\n' "$r" "$k" "$us" "${grow:-?}"
     done
 done
 median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-d=$(median <<<"${ALL[direct]}"); s=$(median <<<"${ALL[spi]}"); c=$(median <<<"${ALL[ceiling]}")
-echo "median us CPU/op: direct $d  spi $s  ceiling $c"
-awk -v d="$d" -v s="$s" -v c="$c" 'BEGIN { printf "ratio to ceiling: direct %.2fx  spi %.2fx\n", d / c, s / c }'
+c=$(median <<<"${ALL[ceiling]}")
+line="median us CPU/op:"
+ratios="ratio to ceiling (median of each kind):"
+for k in "${KINDS[@]}"; do
+    m=$(median <<<"${ALL[$k]}")
+    line="$line $k $m "
+    [ "$k" = ceiling ] || ratios="$ratios $(awk -v k="$k" -v m="$m" -v c="$c" 'BEGIN { printf "%s %.2fx ", k, m / c }')"
+done
+echo "$line"
+echo "$ratios"
 bench_cleanup
