@@ -118,7 +118,7 @@ static RpPlan catalog_version = {
 
 /*
  * The version of the installed SQL objects as major * 100 + minor (1.0 is
- * 100, 1.1 is 101), or 0 when the extension is not installed.  The library
+ * 100, 1.1 is 101, 1.2 is 102), or 0 when the extension is not installed.  The library
  * serves every catalog it can meet: code that needs objects of a later
  * version asks this first.  Read once per transaction; ALTER EXTENSION
  * UPDATE commits before anyone can see the new objects.  Must be called

@@ -1087,6 +1087,43 @@ WorkerRecord(void *arg)
 }
 
 /*
+ * List what is pending, or give the pass up when the tables stay locked
+ * longer than the worker's lock timeout: DDL on them, or rp_distribute()
+ * converting them on a Citus cluster.  That is no failure of the pass, only
+ * a late one; the next pass comes after redpacket.reconcile_interval.  Any
+ * other error ends the worker as before.
+ */
+static void
+WorkerListOrSkip(RpWorkerState *w)
+{
+	MemoryContext outer = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		InTransaction(WorkerList, w);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(outer);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG,
+				(errmsg("redpacket reconciler skipped a pass: its tables stayed locked for %s",
+						RP_WORKER_LOCK_TIMEOUT),
+				 errdetail("Listing the pending activities failed: %s.", edata->message),
+				 errhint("The next pass follows after redpacket.reconcile_interval.")));
+		FreeErrorData(edata);
+		w->go = false;
+	}
+	PG_END_TRY();
+}
+
+/*
  * One pass of the background worker in the current database: list what is
  * pending, then check each activity in a transaction of its own, so the
  * pass holds the stripe locks of one activity at a time however many
@@ -1111,7 +1148,7 @@ RpWorkerPass(void)
 	w.cxt = AllocSetContextCreate(TopMemoryContext, "redpacket worker pass",
 								  ALLOCSET_DEFAULT_SIZES);
 	w.started = GetCurrentTimestamp();
-	InTransaction(WorkerList, &w);
+	WorkerListOrSkip(&w);
 	for (w.next = 0; w.go && w.next < w.n; w.next++)
 	{
 		CHECK_FOR_INTERRUPTS();

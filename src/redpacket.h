@@ -101,6 +101,7 @@ extern int64 RpGetInt64(int row, int col, int64 if_null);
 /* base.c: what the installed catalog is, and whether a restore is running */
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
+#define RP_CATALOG_1_2 102
 extern int	RpCatalogVersion(void);
 extern bool RpRestoring(void);
 

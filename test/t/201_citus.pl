@@ -92,7 +92,32 @@ q_coord("SELECT redpacket.rp_claim($pre, 'pre' || i) FROM generate_series(1, 3) 
 ($rc, $out, $err) = try_psql($workers[0], 'SELECT redpacket.rp_distribute()');
 like($err, qr/must run on the Citus coordinator/,
 	'rp_distribute refuses on a worker');
-q_coord('SELECT redpacket.rp_distribute()');
+
+# A worker's reconciler reads its own copy of the tables, which become
+# distributed there when rp_distribute commits: a pass planning its query at
+# that moment failed ("cannot perform distributed planning ...") and the
+# reconciler exited.  rp_distribute must wait for a transaction reading the
+# tables on a worker, as it waits for one on the coordinator.
+my $reader = $workers[0]->background_psql('postgres');
+$reader->query_safe('BEGIN; SELECT count(*) FROM redpacket.activity');
+my $dist = $coord->background_psql('postgres', on_error_stop => 0);
+$dist->query_until(qr/distributing/, "\\echo distributing\nSELECT redpacket.rp_distribute();\n");
+my $waited = 0;
+for (1 .. 300)
+{
+	$waited = $workers[0]->safe_psql('postgres',
+		"SELECT count(*) FROM pg_locks WHERE relation = 'redpacket.activity'::regclass AND NOT granted");
+	last if $waited > 0;
+	# committed without waiting
+	last
+	  if q_coord("SELECT count(*) FROM pg_dist_partition"
+		  . " WHERE logicalrelid = 'redpacket.activity'::regclass") > 0;
+	select(undef, undef, undef, 0.1);
+}
+ok($waited > 0, 'rp_distribute waits for a transaction reading the tables on a worker');
+$reader->query_safe('COMMIT');
+$reader->quit;
+$dist->quit;
 # Calls are delegated only to workers whose metadata is in sync.
 ok( $coord->poll_query_until('postgres',
 		"SELECT bool_and(metadatasynced) FROM pg_dist_node WHERE groupid <> 0"),
