@@ -11,6 +11,11 @@
 #   coord2   the same, clients split over two activities, one on each worker
 #   worker   the same statement directly on the worker holding A
 #   single   the same statement on the single node
+#   noop-coord, noop-single: a call of an empty PL/pgSQL function taking the
+#            same arguments, distributed like rp_claim (colocated with
+#            redpacket.activity, force_delegation), through the coordinator
+#            and on the single node: the cost of a delegated call itself,
+#            whatever the function does (the floor of the coord target)
 # Every claim is by a new user; the activities are large enough never to run
 # out.  After every run the invariants of its activities are checked (Σ claims
 # + Σ stripes + returned = funded, one claim per key, no negative stripe,
@@ -129,6 +134,12 @@ for _ in $(seq 1 40); do
     [ -n "$A1" ] && [ -n "$A2" ] && break
 done
 AS=$(q single "SELECT $CREATE")
+NOOP="CREATE FUNCTION public.rp_bench_noop(activity bigint, user_id text, amount numeric)
+      RETURNS text LANGUAGE plpgsql VOLATILE AS 'BEGIN RETURN ''claimed''; END'"
+q coord "$NOOP" >/dev/null
+q coord "SELECT create_distributed_function('public.rp_bench_noop(bigint,text,numeric)', '\$1',
+           colocate_with := 'redpacket.activity', force_delegation := true)" >/dev/null
+q single "$NOOP" >/dev/null
 echo "activities: $A1 on worker1, $A2 on worker2, $AS on the single node" >&2
 
 if [ "${CITUS_BENCH_KEEP:-0}" = 1 ] && [ "${CITUS_BENCH_SETUP_ONLY:-0}" = 1 ]; then
@@ -139,6 +150,10 @@ fi
 cat >"$DIR/one.pgbench" <<'EOF'
 \set n random(1, 2000000000)
 SELECT status FROM redpacket.rp_claim(:act, 'c' || :client_id || '-' || :n, 0.01);
+EOF
+cat >"$DIR/noop.pgbench" <<'EOF'
+\set n random(1, 2000000000)
+SELECT rp_bench_noop FROM public.rp_bench_noop(:act, 'c' || :client_id || '-' || :n, 0.01);
 EOF
 cat >"$DIR/two.pgbench" <<'EOF'
 \set n random(1, 2000000000)
@@ -181,19 +196,23 @@ cpu_ticks() {
     echo "$sum"
 }
 
-declare -A TPS RETRIED FAILED CPU
+declare -A TPS RETRIED FAILED CPU CPUCO
 run() {
     local label=$1 node=$2 script=$3 vars=$4 out tps retr fail c0 c1 n servers
     servers=(coord worker1 worker2)
     [ "$node" = single ] && servers=(single)
     c0=$(cpu_ticks "${servers[@]}")
+    k0=$(cpu_ticks coord)
     # shellcheck disable=SC2086
     out=$("$BIN/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j 2 -T "$SECS" --max-tries=20 -f "$DIR/$script" $vars \
           -h 127.0.0.1 -p "$(port_of "$node")" postgres 2>&1) || { echo "$out" >&2; exit 1; }
     sleep 1     # let the backends of the run exit and be counted
     c1=$(cpu_ticks "${servers[@]}")
+    k1=$(cpu_ticks coord)
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     CPU[$label]="${CPU[$label]:-} $(awk -v c=$((c1 - c0)) -v t="$(getconf CLK_TCK)" -v n="$n" \
+        'BEGIN {printf "%.3f", c * 1000 / t / n}')"
+    CPUCO[$label]="${CPUCO[$label]:-} $(awk -v c=$((k1 - k0)) -v t="$(getconf CLK_TCK)" -v n="$n" \
         'BEGIN {printf "%.3f", c * 1000 / t / n}')"
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
     retr=$(sed -n 's/^number of transactions retried: \([0-9]*\).*/\1/p' <<<"$out")
@@ -213,6 +232,8 @@ for r in $(seq 1 "$ROUNDS"); do
     run coord coord one.pgbench "-D act=$A1";              check coord "$A1"
     run worker worker1 one.pgbench "-D act=$A1";           check coord "$A1"
     run coord2 coord two.pgbench "-D a1=$A1 -D a2=$A2";    check coord "$A1"; check coord "$A2"
+    run noop-single single noop.pgbench "-D act=$AS"
+    run noop-coord coord noop.pgbench "-D act=$A1"
 done
 
 # Citus's distributed deadlock detector cancels, from every node's log.
@@ -236,7 +257,8 @@ ratios() {
 {
     echo "# bench-citus run $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
-    echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, worker, coord2),"
+    echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, worker, coord2,"
+    echo "noop-single, noop-coord),"
     echo "one activity of 1,000,000.00 in $STRIPES stripes per target, rp_claim of 0.01 by a new user each,"
     echo "pgbench -M $PROTOCOL, fsync off on every server; $(nproc) cores shared with other work;"
     echo "1-minute load average at each round's start: ${LOADS[*]}."
@@ -255,17 +277,27 @@ ratios() {
     echo "Server CPU per claim (all servers of the target: the three Citus nodes, or the single"
     echo "node; includes connection start-up), less sensitive to the other load than claims/s:"
     echo
-    echo "| target | ms CPU per claim, per round | median | single node / target |"
-    echo "|---|---|---:|---:|"
+    echo "| target | ms CPU per claim, per round | median | of which the coordinator | single node / target |"
+    echo "|---|---|---:|---:|---:|"
     sc=$(median <<<"${CPU[single]}")
-    for l in coord coord2 worker single; do
+    for l in coord coord2 worker single noop-coord noop-single; do
         m=$(median <<<"${CPU[$l]}")
-        printf '| %s | %s | %.3f | %.2fx |\n' "$l" "$(echo ${CPU[$l]} | sed 's/ /, /g')" "$m" \
-            "$(awk -v a="$sc" -v b="$m" 'BEGIN {print a / b}')"
+        printf '| %s | %s | %.3f | %.3f | %.2fx |\n' "$l" "$(echo ${CPU[$l]} | sed 's/ /, /g')" "$m" \
+            "$(median <<<"${CPUCO[$l]}")" "$(awk -v a="$sc" -v b="$m" 'BEGIN {print a / b}')"
     done
+    nc=$(median <<<"${CPU[noop-coord]}")
+    ns=$(median <<<"${CPU[noop-single]}")
+    echo
+    echo "The floor of the coord target: an empty function delegated through the coordinator"
+    echo "costs $nc ms of server CPU per call ($ns ms on the single node). The claim's own work"
+    echo "on the single node (single - noop-single) is $(awk -v a="$sc" -v b="$ns" 'BEGIN {printf "%.3f", a - b}') ms; were costs additive and that work the"
+    echo "same on the worker, a claim through the coordinator would cost $(awk -v a="$sc" -v b="$ns" -v c="$nc" 'BEGIN {printf "%.3f", c + a - b}') ms, $(awk -v a="$sc" -v b="$ns" -v c="$nc" 'BEGIN {printf "%.2f", a / (c + a - b)}')x"
+    echo "the single node. They are not while the servers share the cores: the coordinator's"
+    echo "part of coord and of noop-coord is the same work."
     echo
     echo "coord: through the coordinator, delegated to worker1; coord2: clients split over two"
-    echo "activities, one on each worker; worker: directly on worker1; single: plain PostgreSQL."
+    echo "activities, one on each worker; worker: directly on worker1; single: plain PostgreSQL;"
+    echo "noop-*: the empty distributed function (no claim), through the coordinator and on the single node."
     echo "Invariants checked after every run: ok. Distributed deadlock cancels in the logs: $cancels."
     echo "Server crashes in the Citus nodes' logs: $crashes."
 } >"$OUT"
