@@ -71,25 +71,42 @@ typedef struct BatchStripes
  * made its first five calls that way, which under 256 new callers on a
  * growing activity was the batch collapse of issue 14.
  */
+#define EXISTING_CLAIMS_SQL \
+	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at" \
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
+	"                  pg_catalog.unnest($3::pg_catalog.text[]))" \
+	"       WITH ORDINALITY AS k(user_id, idem, ord)" \
+	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at" \
+	"                        FROM redpacket.claim c" \
+	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id" \
+	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c"
+#define HELD_COUNTS_SQL \
+	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c" \
+	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)" \
+	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)"
+
 static RpPlan existing_claims = {
-	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
-	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
-	"                  pg_catalog.unnest($3::pg_catalog.text[]))"
-	"       WITH ORDINALITY AS k(user_id, idem, ord)"
-	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
-	"                        FROM redpacket.claim c"
-	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
-	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
-	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
-	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
+	EXISTING_CLAIMS_SQL, 3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
 };
 
 static RpPlan held_counts = {
-	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c"
-	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
-	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)"
-	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)",
-	2, {INT8OID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
+	HELD_COUNTS_SQL, 2, {INT8OID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
+};
+
+/*
+ * On a Citus cluster the same statements on custom plans: Citus routes a
+ * statement by the value of the distribution column, which a generic plan
+ * does not have ("could not create distributed plan").  There each call
+ * plans for its one shard anyway.
+ */
+static RpPlan existing_claims_dist = {
+	EXISTING_CLAIMS_SQL, 3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
+};
+
+static RpPlan held_counts_dist = {
+	HELD_COUNTS_SQL, 2, {INT8OID, TEXTARRAYOID}
 };
 
 static RpPlan read_stripes = {
@@ -430,7 +447,8 @@ ReadHeld(const RpActivity *act, BatchElem *e, int n)
 	values[0] = Int64GetDatum(act->id);
 	values[1] = TextArray(e, n, 0, NULL);
 	values[2] = TextArray(e, n, 2, NULL);
-	if (RpExec(&existing_claims, values, NULL, false, 0) != SPI_OK_SELECT)
+	if (RpExec(RpDistributed() ? &existing_claims_dist : &existing_claims,
+			   values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up existing claims");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -445,7 +463,8 @@ ReadHeld(const RpActivity *act, BatchElem *e, int n)
 	}
 	if (act->per_user_limit > 1)
 	{
-		if (RpExec(&held_counts, values, NULL, false, 0) != SPI_OK_SELECT)
+		if (RpExec(RpDistributed() ? &held_counts_dist : &held_counts,
+				   values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
 		for (uint64 r = 0; r < SPI_processed; r++)
 			e[RpGetInt64(r, 1, 0) - 1].held = RpGetInt64(r, 2, 0);
