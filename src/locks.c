@@ -20,9 +20,10 @@
  *		waits matter:
  *		0. A batch first takes a gate slot (RpBatchGateEnter): it try-locks
  *		   each slot, and if all are busy waits for one holding nothing of
- *		   the activity; it gives the slot back when its call is done.  Only
- *		   batches take slots, and a transaction of rule 4 passes without
- *		   one, so nobody waits for a slot holding anything of the activity.
+ *		   the activity; it keeps the slot to the end of its transaction,
+ *		   like the stripes it writes.  Only batches take slots, and a
+ *		   transaction of rule 4 passes without one, so nobody waits for a
+ *		   slot holding anything of the activity.
  *		1. A single claim waits for its user and bucket locks holding nothing
  *		   of its own (RpLockUser), and for a busy stripe holding nothing: it
  *		   gives everything back, waits, keeps the stripe and takes its user
@@ -30,7 +31,7 @@
  *		2. A batch waits for its buckets in bucket order, then for its users
  *		   in hash order, holding only lower ones of its own (its gate slot
  *		   and buckets), and keeps them to the end: it never gives them
- *		   back (only the slot, once its call is done).  Holding them (and no
+ *		   back.  Holding them (and no
  *		   stripe) it may wait for one busy stripe; with that one and what it
  *		   can try-lock it decides, or, when every stripe is needed and one is
  *		   busy, it gives back its stripes (not its user locks) and waits for
@@ -73,7 +74,12 @@
  *		batches of 100 users on 16 stripes meant ~240 of them waiting for a
  *		stripe holding ~150 user and bucket locks each (~38,000 locks in
  *		the shared lock table); with it, at most one batch per stripe holds
- *		user locks and the rest wait for a slot holding none.
+ *		user locks and the rest wait for a slot holding none.  The slot was
+ *		first given back when the call ended, before the commit: the next
+ *		batch then competed for stripes still held by the committing one,
+ *		and waited a second time for one of them; kept to the commit, the
+ *		slots bound the transactions in flight to the stripes, and 256
+ *		callers made 25-30% more claims a second.
  */
 #include "postgres.h"
 
@@ -241,36 +247,29 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
 /*
  * Rule 0: admission.  A batch takes one of the activity's gate slots (as
  * many as it has stripes, at most RP_BATCH_GATE_SLOTS) before its user
- * locks, and gives it back when its call is done.  So at most that many
- * batches hold user locks and compete for stripes at once; the others wait
- * for a slot holding no lock of the activity: one lock each, however many
- * users they carry.  Without it, hundreds of batches waited for a few
- * stripes holding ~150 user and bucket locks each (issue 14).  A
- * transaction that holds locks of earlier claims on the activity (rule 4)
- * passes without a slot (returns -1): it never waits for the gate.
+ * locks and keeps it to the end of its transaction, like the stripes it
+ * writes.  So at most that many transactions hold batch user locks and
+ * compete for stripes at once; the other batches wait for a slot holding
+ * no lock of the activity: one lock each, however many users they carry.
+ * Without it, hundreds of batches waited for a few stripes holding ~150
+ * user and bucket locks each (issue 14).  A transaction that holds locks
+ * of earlier claims on the activity (rule 4), including a slot of its own,
+ * passes: it never waits for the gate.
  */
 #define RP_BATCH_GATE_SLOTS 64
 
-int
+void
 RpBatchGateEnter(const RpActivity *act)
 {
 	uint32		slots = (uint32) Max(Min(act->stripes, RP_BATCH_GATE_SLOTS), 1);
 	uint32		start = (uint32) RpMyProcNumber % slots;
 
 	if (RpHeldEarlier(act->id))
-		return -1;
+		return;
 	for (uint32 i = 0; i < slots; i++)
 		if (RpLock(RP_LOCK_GATE, act->id, (start + i) % slots, false))
-			return (int) ((start + i) % slots);
+			return;
 	RpWaitLock(RP_LOCK_GATE, act->id, start, ExclusiveLock);
-	return (int) start;
-}
-
-void
-RpBatchGateLeave(int64 activity, int slot)
-{
-	if (slot >= 0)
-		RpUnlock(RP_LOCK_GATE, activity, (uint32) slot);
 }
 
 /* Let go of what RpGatherBegin took (the stripes written stay locked). */
