@@ -149,6 +149,10 @@ ratios() {
                 printf "rp_claim_batch claims/s (best: %s clients)|%s|%s claims a second\n", bbestc, bbest, bbest
                 a = cps["rp_claim_batch", bbests, maxc, "direct"]
                 show("rp_claim_batch " maxc " callers / best", a, bbest, a " / " bbest " claims/s")
+                if (("rp_claim_batch", bbests, maxc, "pgbouncer") in cps) {
+                    a = cps["rp_claim_batch", bbests, maxc, "pgbouncer"]
+                    show("rp_claim_batch " maxc " callers via PgBouncer / best", a, bbest, a " / " bbest " claims/s")
+                }
                 if (rbest != "") {
                     show("rp_claim_batch best / Redis Lua best", bbest, rbest,
                          bbest " (" bbestc " clients) / " rbest " (" rbestc " clients) claims/s")
@@ -206,6 +210,9 @@ targets() {
             b = cps["rp_claim_batch", maxc, "direct"]
             line("rp_claim_batch at " maxc " callers / best rp_claim_batch (" bbestc " callers)",
                  b, bbest, ">=", "0.8", b " / " bbest " claims/s")
+            x = cps["rp_claim_batch", maxc, "pgbouncer"]
+            info("rp_claim_batch at " maxc " callers via PgBouncer (pool of 32) / best rp_claim_batch", x, bbest,
+                 x " / " bbest " claims/s")
             a = cps["rp_claim_default", maxc, "pgbouncer"]; c = cps["ceiling", maxc, "pgbouncer"]
             line("rp_claim (default settings) / ceiling, both via PgBouncer, " maxc " clients",
                  a, c, ">=", "0.8", a " / " c " claims/s")
@@ -321,6 +328,7 @@ plot() {
         echo "Last run: $(meta date), git $(meta git), $(meta cores) cores, $(meta memory_gb) GB," \
              "PostgreSQL $(meta postgresql), Redis $(meta redis), PgBouncer $(meta pgbouncer);" \
              "$(meta seconds_per_run) s a run$( [ "$(meta quick)" = 1 ] && echo ' (**BENCH_QUICK smoke run**)');" \
+             "huge_pages $(meta huge_pages);" \
              "load average at the end $(meta load_at_end); checks: $(meta fails) of $(meta checks) failed."
         echo "Durable commits (fsync on, synchronous_commit on), shared_buffers 1GB, pgbench -M prepared"
         echo "(-M extended through PgBouncer), one activity per run, every user new; regenerate with"
@@ -368,9 +376,10 @@ plot() {
     if [ -f "$DIR/cpu.csv" ]; then
         echo "## CPU and memory of one backend"
         echo
-        echo "One backend (pgbench -c 1 -t N -M prepared) making N claims in a row (rp_claim, default settings),"
-        echo "another as many ceiling inserts, one transaction each, synchronous_commit off; CPU = the"
-        echo "backend's utime + stime; per operation after the first 1000; memory after"
+        echo "One backend (pgbench -c 1 -t N -M prepared) making N claims in a row (rp_claim, default settings)"
+        echo "and, at the same time, another as many ceiling inserts, one transaction each, both paced at"
+        echo "$(meta cpu_rate) a second (pgbench -R, so the wall time per operation is the pace), synchronous_commit off;"
+        echo "CPU = the backend's utime + stime; per operation after the first 1000; memory after"
         echo "1000 operations / half-way / at the end (Anonymous = private memory; RSS also counts the"
         echo "shared buffers the backend has touched so far, so it grows with the pages it visits;"
         echo "contexts = pg_backend_memory_contexts)."
