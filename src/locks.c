@@ -79,7 +79,7 @@
  *		batch then competed for stripes still held by the committing one,
  *		and waited a second time for one of them; kept to the commit, the
  *		slots bound the transactions in flight to the stripes, and 256
- *		callers made 25-30% more claims a second.
+ *		callers made about 30% more claims a second.
  */
 #include "postgres.h"
 
