@@ -791,7 +791,8 @@ FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
  * The batch, by the protocol in locks.c: take an admission slot (rule 0),
  * wait for the user locks in order and keep them; then at most three
  * attempts (the slot, the user locks and the stripes written stay locked to
- * the end of the transaction).  The first try-locks the
+ * the end of the transaction; a batch that wrote no stripe gives the slot
+ * back).  The first try-locks the
  * stripes it needs.  If every stripe that could pay is busy, wait for one
  * (holding the user locks but no stripe) and try again with it.  If every
  * stripe is needed and one is busy (or the second attempt fails too), let
@@ -803,9 +804,11 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 {
 	int64		activity = meta->id;
 	BatchLocks	bl;
+	int			gate;
 	int			wait_stripe;
 	int			kept = -1;		/* stripe waited for, held for the next attempt */
 	bool		all_held = false;
+	bool		wrote = false;
 	RpActivity	act;
 	RpTakeResult took;
 
@@ -815,7 +818,7 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 	FindRoots(e, n, true);
 	FindRoots(e, n, false);
 
-	RpBatchGateEnter(meta);		/* rule 0: one lock while waiting its turn */
+	gate = RpBatchGateEnter(meta);	/* rule 0: one lock while waiting its turn */
 	LockUsers(&bl);
 	(void) RpFetchActivity(activity, &act, false);
 	ReadHeld(&act, e, n);
@@ -842,6 +845,11 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 			all_held = true;
 		}
 	}
+	for (int i = 0; i < n; i++)
+		if (e[i].out.status == RP_CLAIMED && e[i].dup_of < 0 && !e[i].existing)
+			wrote = true;		/* it paid a claim: it wrote a stripe */
+	if (!wrote)
+		RpBatchGateLeave(activity, gate);
 	RpNoteHeld(activity);
 	for (int i = 0; i < n; i++)
 		RpStatsCount(activity, e[i].out.status);

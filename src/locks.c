@@ -21,7 +21,8 @@
  *		0. A batch first takes a gate slot (RpBatchGateEnter): it try-locks
  *		   each slot, and if all are busy waits for one holding nothing of
  *		   the activity; it keeps the slot to the end of its transaction,
- *		   like the stripes it writes.  Only batches take slots, and a
+ *		   like the stripes it writes (if it wrote none, it gives the slot
+ *		   back when its call ends).  Only batches take slots, and a
  *		   transaction of rule 4 passes without one, so nobody waits for a
  *		   slot holding anything of the activity.
  *		1. A single claim waits for its user and bucket locks holding nothing
@@ -248,8 +249,9 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
  * Rule 0: admission.  A batch takes one of the activity's gate slots (as
  * many as it has stripes, at most RP_BATCH_GATE_SLOTS) before its user
  * locks and keeps it to the end of its transaction, like the stripes it
- * writes.  So at most that many transactions hold batch user locks and
- * compete for stripes at once; the other batches wait for a slot holding
+ * writes (a batch that wrote none gives it back, RpBatchGateLeave).  So
+ * at most that many transactions hold batch user locks and compete for
+ * stripes at once; the other batches wait for a slot holding
  * no lock of the activity: one lock each, however many users they carry.
  * Without it, hundreds of batches waited for a few stripes holding ~150
  * user and bucket locks each (issue 14).  A transaction that holds locks
@@ -258,18 +260,32 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
  */
 #define RP_BATCH_GATE_SLOTS 64
 
-void
+int
 RpBatchGateEnter(const RpActivity *act)
 {
 	uint32		slots = (uint32) Max(Min(act->stripes, RP_BATCH_GATE_SLOTS), 1);
 	uint32		start = (uint32) RpMyProcNumber % slots;
 
 	if (RpHeldEarlier(act->id))
-		return;
+		return -1;
 	for (uint32 i = 0; i < slots; i++)
 		if (RpLock(RP_LOCK_GATE, act->id, (start + i) % slots, false))
-			return;
+			return (int) ((start + i) % slots);
 	RpWaitLock(RP_LOCK_GATE, act->id, start, ExclusiveLock);
+	return (int) start;
+}
+
+/*
+ * A batch that wrote no stripe gives its slot back when its call ends: it
+ * holds no stripe another batch could wait for, and kept to the end of an
+ * idle or prepared transaction the slot would turn batches of other users
+ * away (only its user locks stay, rule 2).
+ */
+void
+RpBatchGateLeave(int64 activity, int slot)
+{
+	if (slot >= 0)
+		RpUnlock(RP_LOCK_GATE, activity, (uint32) slot);
 }
 
 /* Let go of what RpGatherBegin took (the stripes written stay locked). */

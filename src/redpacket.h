@@ -250,7 +250,8 @@ extern void RpPatientBegin(int64 activity);
 extern void RpPatientEnd(void);
 extern void RpWaitAllStripes(const RpActivity *act);
 extern void RpGatherEnd(const RpActivity *act);
-extern void RpBatchGateEnter(const RpActivity *act);
+extern int	RpBatchGateEnter(const RpActivity *act);
+extern void RpBatchGateLeave(int64 activity, int slot);
 extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
 
