@@ -417,6 +417,7 @@ rp_close_activity(PG_FUNCTION_ARGS)
 	RpRequireLocalActivity(PG_GETARG_INT64(0));
 	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
 	RpWaitAllStripes(&act);
+	RpNoteHeld(act.id);			/* its stripes stay locked: rule 4 in locks.c */
 	remainder = RpSettle(&act, "closed");
 	SPI_finish();
 	PG_RETURN_NUMERIC(RpUnitsToAmount(remainder, act.scale));
@@ -435,6 +436,7 @@ SetFrozen(int64 activity, text *reason)
 	(void) RpFetchActivity(activity, &act, false);
 	/* wait for claims in flight; later ones see the new state */
 	RpWaitAllStripes(&act);
+	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
 	RpCheckStripeRows(&act);
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(reason);

@@ -48,7 +48,10 @@
  *		   other lock of the activity.
  *		4. A transaction that holds locks of earlier claims on the activity is
  *		   not a gatherer: it gathers by rule 1 (a single claim) or 2 (a
- *		   batch), holding those earlier locks out of the order.
+ *		   batch), holding those earlier locks out of the order.  A
+ *		   transaction that froze or closed the activity keeps every stripe
+ *		   and counts as such (RpNoteHeld): its later claims and batches
+ *		   pass the gate and wait with deadlock_timeout.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
