@@ -272,6 +272,13 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	RP_SQL_BATCH_ROWS
 };
 
+/*
+ * The check reads the user's claims on the shard's (activity_id, user_id,
+ * idempotency_key) index from a generic plan, as claim.c does off Citus: a
+ * custom plan for an activity newer than the shard's statistics scanned its
+ * primary key by activity_id alone.  A shard table is a plain table to the
+ * planner, so Citus's routing (which needs custom plans) is not involved.
+ */
 static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 7, 6};
 static const Oid shard_argtypes[RP_SHARD_NSTMT][7] = {
 	{INT8OID, TEXTOID, TEXTOID},
@@ -312,8 +319,9 @@ ShardPlan(RpShardStmt stmt, Oid relid)
 	{
 		char	   *rel = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 													 get_rel_name(relid));
-		SPIPlanPtr	plan = SPI_prepare(psprintf(shard_sql[stmt], rel), shard_nargs[stmt],
-									   (Oid *) shard_argtypes[stmt]);
+		SPIPlanPtr	plan = SPI_prepare_cursor(psprintf(shard_sql[stmt], rel), shard_nargs[stmt],
+											  (Oid *) shard_argtypes[stmt],
+											  stmt == RP_SHARD_CHECK ? CURSOR_OPT_GENERIC_PLAN : 0);
 
 		if (plan == NULL || SPI_keepplan(plan) != 0)
 			elog(ERROR, "could not prepare a statement on shard table %s", rel);

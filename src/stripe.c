@@ -60,10 +60,17 @@ static RpPlan take_fixed = {
 	" SELECT $1, $4, $5, $6, $7, t.stripe, pg_catalog.now() FROM t" \
 	" RETURNING claim_id, claimed_at"
 
+/*
+ * Generic plans: a custom plan for an activity newer than claim's statistics
+ * checked the user's claims by scanning claim_pkey on activity_id alone,
+ * every claim of the activity per claim.  These run only off Citus (TryFast).
+ */
+
 /* one claim per user: the duplicate check is the limit check */
 static RpPlan take_and_claim = {
 	TAKE_AND_CLAIM(""),
-	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
+	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
+	NULL, CURSOR_OPT_GENERIC_PLAN
 };
 
 static RpPlan take_and_claim_limited = {
@@ -71,7 +78,8 @@ static RpPlan take_and_claim_limited = {
 				   "           WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
 				   "             AND c.user_id OPERATOR(pg_catalog.=) $4)"
 				   "         OPERATOR(pg_catalog.<) $8"),
-	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
+	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
+	NULL, CURSOR_OPT_GENERIC_PLAN
 };
 
 static RpPlan read_stripe = {

@@ -226,11 +226,18 @@ SELECT count(*) FILTER (WHERE funded <> claimed + remaining + returned OR n <> s
 FROM b});
 is($invariants, '0|0|0',
 	'after promotion: books balance, no user over the limit, no negative stripe');
-is( $standby->safe_psql(
-		'postgres',
+# The promoted node's own worker passes every second, and a pass that finds
+# another running returns at once with no rows: ask again until ours runs.
+my $passes;
+for (1 .. 100)
+{
+	$passes = $standby->safe_psql('postgres',
 		q{SELECT count(*) || ' passes, ' || count(*) FILTER (WHERE NOT ok) || ' not ok' FROM redpacket.rp_reconcile(NULL, true)}
-	),
-	'4 passes, 0 not ok',
+	);
+	last if $passes ne '0 passes, 0 not ok';
+	usleep(100_000);
+}
+is($passes, '4 passes, 0 not ok',
 	'rp_reconcile(NULL, true) is ok for every activity after promotion');
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok'),
 	0, 'no reconciliation pass ever failed, on either node');
