@@ -66,34 +66,69 @@ RpUnlock(RpLockKind kind, int64 activity, uint32 sub)
  * The plan cache revalidates it after DDL, so it survives ALTER and even
  * DROP/CREATE EXTENSION (the names are re-resolved).
  */
+static SPIPlanPtr
+Prepare(const RpPlan *p, int cursor_options)
+{
+	SPIPlanPtr	plan = SPI_prepare_cursor(p->sql, p->nargs, (Oid *) p->argtypes,
+										  cursor_options);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 p->sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+/*
+ * The plan of a statement.  A generic one (p->generic) never depends on
+ * the parameters: a per-call plan for an activity newer than claim's
+ * statistics, estimated to hold one claim, scanned claim_pkey by
+ * activity_id alone and read every claim of the activity (issue 14).  On a
+ * Citus cluster (distributed, the caller knows) the same statement is
+ * planned per call instead: Citus routes it by the value of the
+ * distribution column, which a generic plan lacks ("could not create
+ * distributed plan"), and plans for the one shard anyway.  Both are kept:
+ * rp_distribute() can come after the first call.
+ */
+SPIPlanPtr
+RpPreparedOn(RpPlan *p, bool distributed)
+{
+	if (p->generic && distributed)
+	{
+		if (p->plan_citus == NULL)
+			p->plan_citus = Prepare(p, 0);
+		return p->plan_citus;
+	}
+	if (p->plan == NULL)
+		p->plan = Prepare(p, p->generic ? CURSOR_OPT_GENERIC_PLAN : 0);
+	return p->plan;
+}
+
 SPIPlanPtr
 RpPrepared(RpPlan *p)
 {
-	if (p->plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(p->sql, p->nargs, p->argtypes,
-												p->cursor_options);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 p->sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		p->plan = plan;
-	}
-	return p->plan;
+	return RpPreparedOn(p, false);
 }
 
 /* Execute a kept plan; any SPI failure is an internal error. */
 int
-RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count)
+RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls, bool read_only,
+		 long count)
 {
-	int			rc = SPI_execute_plan(RpPrepared(p), values, nulls, read_only, count);
+	int			rc = SPI_execute_plan(RpPreparedOn(p, distributed), values, nulls,
+									  read_only, count);
 
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 p->sql, SPI_result_code_string(rc));
 	return rc;
+}
+
+int
+RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count)
+{
+	return RpExecOn(p, false, values, nulls, read_only, count);
 }
 
 Datum

@@ -64,49 +64,29 @@ typedef struct BatchStripes
 /*
  * One index probe per element: the LIMIT keeps the planner from turning
  * this into a join that reads the activity's whole claim history.  Both
- * plans are generic (CURSOR_OPT_GENERIC_PLAN): a custom plan for an
- * activity newer than the table's statistics estimates one claim for it and
- * may pick claim_pkey (activity_id only) with the user and key as a filter,
- * reading every claim of the activity for every element; each new backend
- * made its first five calls that way, which under 256 new callers on a
- * growing activity was the batch collapse of issue 14.
+ * are generic plans off Citus (RpPreparedOn): with a per-call plan each new
+ * backend's first five calls read every claim of a new activity for every
+ * element, which under 256 new callers was the batch collapse of issue 14.
  */
-#define EXISTING_CLAIMS_SQL \
-	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at" \
-	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
-	"                  pg_catalog.unnest($3::pg_catalog.text[]))" \
-	"       WITH ORDINALITY AS k(user_id, idem, ord)" \
-	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at" \
-	"                        FROM redpacket.claim c" \
-	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id" \
-	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c"
-#define HELD_COUNTS_SQL \
-	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c" \
-	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)" \
-	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)"
-
 static RpPlan existing_claims = {
-	EXISTING_CLAIMS_SQL, 3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
+	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
+	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
+	"                  pg_catalog.unnest($3::pg_catalog.text[]))"
+	"       WITH ORDINALITY AS k(user_id, idem, ord)"
+	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
+	"                        FROM redpacket.claim c"
+	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
+	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
+	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, true
 };
 
 static RpPlan held_counts = {
-	HELD_COUNTS_SQL, 2, {INT8OID, TEXTARRAYOID}, NULL, CURSOR_OPT_GENERIC_PLAN
-};
-
-/*
- * On a Citus cluster the same statements on custom plans: Citus routes a
- * statement by the value of the distribution column, which a generic plan
- * does not have ("could not create distributed plan").  There each call
- * plans for its one shard anyway.
- */
-static RpPlan existing_claims_dist = {
-	EXISTING_CLAIMS_SQL, 3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}
-};
-
-static RpPlan held_counts_dist = {
-	HELD_COUNTS_SQL, 2, {INT8OID, TEXTARRAYOID}
+	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c"
+	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"                  AND c.user_id OPERATOR(pg_catalog.=) k.user_id)"
+	"  FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)",
+	2, {INT8OID, TEXTARRAYOID}, NULL, true
 };
 
 static RpPlan read_stripes = {
@@ -447,8 +427,7 @@ ReadHeld(const RpActivity *act, BatchElem *e, int n)
 	values[0] = Int64GetDatum(act->id);
 	values[1] = TextArray(e, n, 0, NULL);
 	values[2] = TextArray(e, n, 2, NULL);
-	if (RpExec(RpDistributed() ? &existing_claims_dist : &existing_claims,
-			   values, NULL, false, 0) != SPI_OK_SELECT)
+	if (RpExecOn(&existing_claims, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up existing claims");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -463,8 +442,7 @@ ReadHeld(const RpActivity *act, BatchElem *e, int n)
 	}
 	if (act->per_user_limit > 1)
 	{
-		if (RpExec(RpDistributed() ? &held_counts_dist : &held_counts,
-				   values, NULL, false, 0) != SPI_OK_SELECT)
+		if (RpExecOn(&held_counts, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
 		for (uint64 r = 0; r < SPI_processed; r++)
 			e[RpGetInt64(r, 1, 0) - 1].held = RpGetInt64(r, 2, 0);

@@ -34,42 +34,23 @@ static const char *const status_labels[RP_NSTATUS] = {
  * The activity, the caller's claim under this idempotency key if any, in
  * one statement.  Columns 1-9 are the activity as RpActivityFromRow reads it.
  */
-#define LOOKUP_SQL \
-	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit," \
-	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL," \
-	"       c.claim_id, c.amount, c.claimed_at" \
-	"  FROM redpacket.activity a" \
-	"  LEFT JOIN redpacket.claim c" \
-	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2" \
-	"   AND c.idempotency_key OPERATOR(pg_catalog.=)" \
-	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END" \
-	" WHERE a.id OPERATOR(pg_catalog.=) $1"
-#define COUNT_USER_SQL \
-	"SELECT pg_catalog.count(*) FROM redpacket.claim" \
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2"
-
-/*
- * Both look up one user's claims on (activity_id, user_id, ...), from a
- * generic plan on a single node: a custom plan for an activity newer than
- * claim's statistics, estimated to hold one claim, scanned claim_pkey by
- * activity_id alone and read every claim of the activity.  On Citus the
- * same statements on custom plans, which Citus routes by the activity value
- * (a generic plan lacks it: "could not create distributed plan").
- */
 static RpPlan lookup = {
-	LOOKUP_SQL, 3, {INT8OID, TEXTOID, TEXTOID}, NULL, CURSOR_OPT_GENERIC_PLAN
-};
-
-static RpPlan lookup_dist = {
-	LOOKUP_SQL, 3, {INT8OID, TEXTOID, TEXTOID}
+	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
+	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL,"
+	"       c.claim_id, c.amount, c.claimed_at"
+	"  FROM redpacket.activity a"
+	"  LEFT JOIN redpacket.claim c"
+	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2"
+	"   AND c.idempotency_key OPERATOR(pg_catalog.=)"
+	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1",
+	3, {INT8OID, TEXTOID, TEXTOID}, NULL, true	/* generic off Citus: RpPreparedOn */
 };
 
 static RpPlan count_user = {
-	COUNT_USER_SQL, 2, {INT8OID, TEXTOID}, NULL, CURSOR_OPT_GENERIC_PLAN
-};
-
-static RpPlan count_user_dist = {
-	COUNT_USER_SQL, 2, {INT8OID, TEXTOID}
+	"SELECT pg_catalog.count(*) FROM redpacket.claim"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, TEXTOID}, NULL, true
 };
 
 static RpPlan insert_claim = {
@@ -160,15 +141,15 @@ ClaimFast(int64 activity, text *user_id, Numeric amount, text *request_id,
 static int64
 CountUserClaims(int64 activity, text *user_id, Datum *values)
 {
-	RpPlan	   *count = RpDistributed() ? &count_user_dist : &count_user;
+	bool		distributed = RpDistributed();
 	int64		held;
 
-	if (RpExec(count, values, NULL, false, 1) != SPI_OK_SELECT)
+	if (RpExecOn(&count_user, distributed, values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not count claims");
 	held = RpGetInt64(0, 1, 0);
 	if (IsolationUsesXactSnapshot())
 	{
-		if (SPI_execute_snapshot(RpPrepared(count), values, NULL,
+		if (SPI_execute_snapshot(RpPreparedOn(&count_user, distributed), values, NULL,
 								 GetLatestSnapshot(), InvalidSnapshot,
 								 true, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
@@ -201,7 +182,7 @@ ClaimChecks(int64 activity, text *user_id, Numeric amount, text *request_id,
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(user_id);
 	values[2] = PointerGetDatum(request_id);
-	if (RpExec(RpDistributed() ? &lookup_dist : &lookup, values, nulls, false, 1) != SPI_OK_SELECT)
+	if (RpExecOn(&lookup, RpDistributed(), values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up activity " INT64_FORMAT, activity);
 	if (SPI_processed == 0)
 		ereport(ERROR,

@@ -92,11 +92,15 @@ typedef struct RpPlan
 	int			nargs;
 	Oid			argtypes[16];
 	SPIPlanPtr	plan;
-	int			cursor_options; /* for SPI_prepare_cursor: 0 or CURSOR_OPT_GENERIC_PLAN */
+	bool		generic;		/* a generic plan, except on Citus (RpPreparedOn) */
+	SPIPlanPtr	plan_citus;		/* generic: the per-call plan for Citus */
 } RpPlan;
 
 extern SPIPlanPtr RpPrepared(RpPlan *p);
+extern SPIPlanPtr RpPreparedOn(RpPlan *p, bool distributed);
 extern int	RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count);
+extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls,
+					 bool read_only, long count);
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
 

@@ -70,7 +70,7 @@ static RpPlan take_fixed = {
 static RpPlan take_and_claim = {
 	TAKE_AND_CLAIM(""),
 	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
-	NULL, CURSOR_OPT_GENERIC_PLAN
+	NULL, true
 };
 
 static RpPlan take_and_claim_limited = {
@@ -79,7 +79,7 @@ static RpPlan take_and_claim_limited = {
 				   "             AND c.user_id OPERATOR(pg_catalog.=) $4)"
 				   "         OPERATOR(pg_catalog.<) $8"),
 	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
-	NULL, CURSOR_OPT_GENERIC_PLAN
+	NULL, true
 };
 
 static RpPlan read_stripe = {
