@@ -406,6 +406,7 @@ rp_claim(PG_FUNCTION_ARGS)
 	RpOutcome	out;
 	Datum		values[4];
 	bool		nulls[4];
+	int			path_outer;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_id");
@@ -421,6 +422,8 @@ rp_claim(PG_FUNCTION_ARGS)
 		fcinfo->flinfo->fn_extra = tupdesc;
 	}
 
+	/* SECURITY DEFINER without SET search_path: see RpPathScopeOpen */
+	path_outer = RpPathScopeOpen();
 	PG_TRY();
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -433,10 +436,12 @@ rp_claim(PG_FUNCTION_ARGS)
 	}
 	PG_CATCH();
 	{
+		RpPathScopeClose(path_outer, false);
 		RpStatsCount(PG_GETARG_INT64(0), RP_STAT_ERROR);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	RpPathScopeClose(path_outer, true);
 
 	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -40,6 +40,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
@@ -52,6 +53,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "redpacket.h"
 
@@ -94,6 +96,7 @@ typedef struct DirectCache
 	AttrNumber	c[C_NCOLS];
 	AttrNumber	s[S_NCOLS];
 	Oid			key_coll[3];	/* collations of the claim key's columns */
+	bool		evaluates;		/* a write evaluates a CHECK or index expression */
 } DirectCache;
 
 static DirectCache cache;
@@ -204,6 +207,34 @@ FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
 	return found;
 }
 
+/*
+ * Whether writing rel evaluates an expression: a CHECK constraint, or an
+ * index on an expression or with a predicate.  It may call a user's
+ * function, which must run under the pinned search path (base.c).  Read
+ * from pg_index, so nothing is planned here.
+ */
+static bool
+EvaluatesExpressions(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	bool		found = constr != NULL && constr->num_check > 0;
+
+	foreach(lc, indexes)
+	{
+		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "cache lookup failed for index %u", lfirst_oid(lc));
+		found |= !heap_attisnull(tup, Anum_pg_index_indexprs, NULL) ||
+			!heap_attisnull(tup, Anum_pg_index_indpred, NULL);
+		ReleaseSysCache(tup);
+	}
+	list_free(indexes);
+	return found;
+}
+
 /* Look the tables up by name and check their shape. */
 static bool
 DirectCacheBuild(DirectCache *c)
@@ -236,6 +267,7 @@ DirectCacheBuild(DirectCache *c)
 		keys[0] = c->s[S_ACTIVITY];
 		keys[1] = c->s[S_STRIPE];
 		c->stripe_key = FindKeyIndex(stripe, keys, pktypes, 2, NULL);
+		c->evaluates = EvaluatesExpressions(claim) || EvaluatesExpressions(stripe);
 	}
 	table_close(stripe, AccessShareLock);
 	table_close(claim, AccessShareLock);
@@ -258,6 +290,7 @@ DirectCacheReady(void)
 		return cache.usable;
 
 	/* an invalidation while building means the result may be stale already */
+	RpPinSearchPath();			/* the relcache may plan index expressions */
 	invals = cache_invals;
 	built.usable = DirectCacheBuild(&built);
 	built.valid = (invals == cache_invals);
@@ -583,6 +616,8 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
+		if (cache.evaluates)
+			RpPinSearchPath();
 		/* as SPI does for each statement: see our own earlier writes */
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());

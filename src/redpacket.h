@@ -85,6 +85,12 @@ extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
 extern Numeric RpUnitsToAmount(int64 units, int scale);
 extern int64 RpScaleFactor(int scale);
 
+/* base.c: the search path SQL runs under (rp_claim pins it lazily) */
+#define RP_SEARCH_PATH "pg_catalog, pg_temp"
+extern int	RpPathScopeOpen(void);
+extern void RpPinSearchPath(void);
+extern void RpPathScopeClose(int outer, bool ok);
+
 /* A plan prepared once per backend and kept across calls. */
 typedef struct RpPlan
 {

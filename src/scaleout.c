@@ -302,6 +302,7 @@ ShardPlan(RpShardStmt stmt, Oid relid)
 	RpShardPlans *e;
 	bool		found;
 
+	RpPinSearchPath();
 	if (shard_plans == NULL)
 	{
 		HASHCTL		ctl;

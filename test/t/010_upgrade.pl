@@ -1,5 +1,5 @@
-# The upgrade path from every released version before the current one (1.0
-# today) to the current one.  A database created with
+# The upgrade path from every released version before the current one (1.0,
+# 1.1 and 1.2 today) to the current one.  A database created with
 # CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
 # worker's passes and rp_reconcile all work on the old catalog.  After
@@ -214,7 +214,7 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
