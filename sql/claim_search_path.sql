@@ -112,4 +112,59 @@ SELECT what, path FROM rp_path.seen ORDER BY n;
 SELECT activity_id = :fixed AS fixed, user_id FROM redpacket.claim
 WHERE activity_id IN (:fixed, :lucky, :rain, :nested) ORDER BY claim_id;
 
+-- A hostile caller: a role with claim rights (rp_grant_app) whose own
+-- schema comes first on its path, with a lower() that raises an error when
+-- anyone runs it.  An admin's index on claim uses lower() unqualified, once
+-- in a SQL function of an index expression, once in the comparison function
+-- of a btree operator class.  The direct path must run neither under the
+-- caller's path, also in a later call that does not rebuild its cache:
+-- * the expression is built (and the SQL function inlined) by the relcache
+--   when the direct path opens the index, here after an ALTER INDEX that
+--   invalidated the index alone;
+-- * the comparison function is parsed again in each transaction that
+--   inserts into the index, with no CHECK or index expression in sight.
+CREATE ROLE regress_rp_path_app;
+SELECT redpacket.rp_grant_app('regress_rp_path_app');
+CREATE SCHEMA rp_path_evil AUTHORIZATION regress_rp_path_app;
+SELECT redpacket.rp_create_activity(10.00, stripes => 1) AS evil_act \gset
+SET ROLE regress_rp_path_app;
+CREATE FUNCTION rp_path_evil.lower(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RAISE EXCEPTION 'the caller''s lower() ran inside rp_claim (as a superuser: %)',
+        (SELECT r.rolsuper FROM pg_catalog.pg_roles r
+          WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+END $$;
+RESET ROLE;
+CREATE FUNCTION rp_path.fold(t text) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT lower(t)';
+CREATE INDEX rp_path_fold ON redpacket.claim (rp_path.fold(user_id));
+SET ROLE regress_rp_path_app;
+SET search_path = rp_path_evil, pg_catalog;
+SELECT status FROM redpacket.rp_claim(:evil_act, 'e1', 1.00);
+RESET ROLE;
+RESET search_path;
+ALTER INDEX redpacket.rp_path_fold SET (fillfactor = 90);
+SET ROLE regress_rp_path_app;
+SET search_path = rp_path_evil, pg_catalog;
+SELECT status FROM redpacket.rp_claim(:evil_act, 'e2', 1.00) AS after_alter_index;
+RESET ROLE;
+RESET search_path;
+DROP INDEX redpacket.rp_path_fold;
+CREATE FUNCTION rp_path.fold_cmp(a text, b text) RETURNS integer LANGUAGE sql IMMUTABLE
+    AS 'SELECT bttextcmp(lower(a), lower(b))';
+CREATE OPERATOR CLASS rp_path.fold_ops FOR TYPE text USING btree AS
+    OPERATOR 1 pg_catalog.<, OPERATOR 2 pg_catalog.<=, OPERATOR 3 pg_catalog.=,
+    OPERATOR 4 pg_catalog.>=, OPERATOR 5 pg_catalog.>, FUNCTION 1 rp_path.fold_cmp(text, text);
+CREATE INDEX rp_path_fold ON redpacket.claim (user_id rp_path.fold_ops);
+SET ROLE regress_rp_path_app;
+SET search_path = rp_path_evil, pg_catalog;
+SELECT status FROM redpacket.rp_claim(:evil_act, 'e3', 1.00);
+SELECT status FROM redpacket.rp_claim(:evil_act, 'e4', 1.00) AS opclass_second_call;
+SELECT current_setting('search_path') AS callers_path;
+RESET ROLE;
+RESET search_path;
+DROP INDEX redpacket.rp_path_fold;
+SELECT user_id FROM redpacket.claim WHERE activity_id = :evil_act ORDER BY claim_id;
+DROP OWNED BY regress_rp_path_app;
+DROP ROLE regress_rp_path_app;
+
 DROP SCHEMA rp_path CASCADE;

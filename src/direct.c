@@ -32,6 +32,7 @@
  */
 #include "postgres.h"
 
+#include "access/amapi.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
@@ -41,6 +42,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
@@ -96,7 +99,7 @@ typedef struct DirectCache
 	AttrNumber	c[C_NCOLS];
 	AttrNumber	s[S_NCOLS];
 	Oid			key_coll[3];	/* collations of the claim key's columns */
-	bool		evaluates;		/* a write evaluates a CHECK or index expression */
+	bool		evaluates;		/* a write evaluates what a user wrote */
 } DirectCache;
 
 static DirectCache cache;
@@ -207,11 +210,61 @@ FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
 	return found;
 }
 
+/* Whether fn is written in a language that resolves names when it runs. */
+static bool
+WrittenInSql(Oid fn)
+{
+	HeapTuple	tup;
+	Oid			lang;
+
+	if (!OidIsValid(fn))
+		return false;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for function %u", fn);
+	lang = ((Form_pg_proc) GETSTRUCT(tup))->prolang;
+	ReleaseSysCache(tup);
+	return lang != INTERNALlanguageId && lang != ClanguageId;
+}
+
 /*
- * Whether writing rel evaluates an expression: a CHECK constraint, or an
- * index on an expression or with a predicate.  It may call a user's
- * function, which must run under the pinned search path (base.c).  Read
- * from pg_index, so nothing is planned here.
+ * Whether writing into idx evaluates something a user wrote: an expression
+ * or a predicate (the relcache builds them when the index is opened, and
+ * inlines SQL functions then), or a support function of an operator class,
+ * or an exclusion operator, written in SQL or a procedural language (they
+ * are parsed each transaction that calls them).
+ */
+static bool
+IndexEvaluates(Relation idx)
+{
+	int			nkeys = IndexRelationGetNumberOfKeyAttributes(idx);
+	uint16		nprocs = idx->rd_indam->amsupport;
+
+	if (!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
+		return true;
+	for (AttrNumber k = 1; k <= nkeys; k++)
+		for (uint16 proc = 1; proc <= nprocs; proc++)
+			if (WrittenInSql(index_getprocid(idx, k, proc)))
+				return true;
+	if (idx->rd_index->indisexclusion)
+	{
+		Oid		   *ops;
+		Oid		   *procs;
+		uint16	   *strategies;
+
+		RelationGetExclusionInfo(idx, &ops, &procs, &strategies);
+		for (int k = 0; k < nkeys; k++)
+			if (WrittenInSql(procs[k]))
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Whether writing rel evaluates something a user wrote: a CHECK constraint
+ * or what IndexEvaluates finds.  It must run under the pinned search path
+ * (base.c).  Nothing is planned or built here.
  */
 static bool
 EvaluatesExpressions(Relation rel)
@@ -223,13 +276,10 @@ EvaluatesExpressions(Relation rel)
 
 	foreach(lc, indexes)
 	{
-		HeapTuple	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
 
-		if (!HeapTupleIsValid(tup))
-			elog(ERROR, "cache lookup failed for index %u", lfirst_oid(lc));
-		found |= !heap_attisnull(tup, Anum_pg_index_indexprs, NULL) ||
-			!heap_attisnull(tup, Anum_pg_index_indpred, NULL);
-		ReleaseSysCache(tup);
+		found |= IndexEvaluates(idx);
+		index_close(idx, AccessShareLock);
 	}
 	list_free(indexes);
 	return found;
@@ -365,6 +415,14 @@ OpenTarget(Oid relid)
 		return NULL;			/* dropped while the cache was built */
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
+
+	/*
+	 * Opening an index may build its expressions (an index invalidated on
+	 * its own, or one created while we waited for the lock, which leaves
+	 * the cache invalid): pin the path first, as the cache build does.
+	 */
+	if (cache.evaluates || !cache.valid)
+		RpPinSearchPath();
 	ExecOpenIndices(rri, false);
 	return rri;
 }
@@ -616,9 +674,10 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
-		if (cache.evaluates)
-			RpPinSearchPath();
-		/* as SPI does for each statement: see our own earlier writes */
+		/*
+		 * As SPI does for each statement: see our own earlier writes.  If a
+		 * write evaluates what a user wrote, OpenTarget pinned the path.
+		 */
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		estate->es_snapshot = GetActiveSnapshot();
