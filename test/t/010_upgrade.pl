@@ -26,7 +26,7 @@ shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
 $node->start;
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 
 our $db;    # the database of the upgrade path under test
