@@ -174,7 +174,7 @@ sub schema_dump
 	$out =~ s/relfrozenxid = '\d+', relminmxid = '\d+'/relfrozenxid = 'X', relminmxid = 'X'/g;
 	$out =~ s/^WHERE oid = '\d+';$/WHERE oid = 'X';/mg;
 	$out =~ s/^(SELECT pg_catalog\.setval\('[\w.]+'), \d+, (true|false)\);$/$1, N, B);/mg;
-	$out =~ s/^\\(un)?restrict \S+$/\\$1restrict KEY/mg;
+	$out =~ s/^\\((?:un)?)restrict \S+$/\\$1restrict KEY/mg;
 	return $out;
 }
 
