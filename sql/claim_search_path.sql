@@ -13,7 +13,7 @@
 SET client_min_messages = warning;
 SET redpacket.direct_claims = on;
 
-SELECT p.prosecdef, p.proconfig
+SELECT p.prosecdef, p.proconfig, p.prosrc
 FROM pg_proc p WHERE p.oid = 'redpacket.rp_claim(bigint,text,numeric,text)'::regprocedure;
 
 CREATE SCHEMA rp_path;

@@ -5,7 +5,18 @@
 
 -- rp_claim keeps SECURITY DEFINER but loses its SET search_path: the C code
 -- pins the path itself, at a GUC nest level of its own, before it runs any
--- statement or evaluates any user-defined expression (src/base.c,
+-- statement or evaluates anything a user wrote (src/base.c,
 -- RpPinSearchPath), and pops it when the call returns.  The fast path, which
--- does neither, no longer pays for the SET (about 4% of its CPU).
-ALTER FUNCTION redpacket.rp_claim(bigint, text, numeric, text) RESET search_path;
+-- does neither, no longer pays for the SET (about 4% of its CPU).  It is
+-- bound to a symbol new in 1.3, rp_claim_v13: a backend that still runs a
+-- library older than 1.3 (loaded before the new build was installed) cannot
+-- find it and refuses the call instead of running it unpinned.  CREATE OR
+-- REPLACE keeps the function's OID, owner, privileges and comment.
+CREATE OR REPLACE FUNCTION redpacket.rp_claim(
+    activity   bigint,
+    user_id    text,
+    amount     numeric DEFAULT NULL,
+    request_id text DEFAULT NULL)
+RETURNS redpacket.claim_result
+AS 'MODULE_PATHNAME', 'rp_claim_v13'
+LANGUAGE C VOLATILE SECURITY DEFINER;

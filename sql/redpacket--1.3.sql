@@ -245,11 +245,13 @@ CREATE FUNCTION redpacket.rp_claim(
     amount     numeric DEFAULT NULL,
     request_id text DEFAULT NULL)
 RETURNS redpacket.claim_result
-AS 'MODULE_PATHNAME', 'rp_claim'
+AS 'MODULE_PATHNAME', 'rp_claim_v13'
 LANGUAGE C VOLATILE SECURITY DEFINER;
 -- No SET search_path: the C code pins it before it runs any statement or
--- evaluates any user-defined expression (src/base.c, RpPinSearchPath), and
--- the fast path, which does neither, skips the cost of the SET.
+-- evaluates anything a user wrote (src/base.c, RpPinSearchPath), and the
+-- fast path, which does neither, skips the cost of the SET.  The symbol is
+-- new in 1.3: a backend still running an older library refuses the call
+-- instead of running it unpinned.
 COMMENT ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) IS
     'Claims from an activity: records the claim and decrements a stripe in the caller''s transaction. amount NULL draws a lucky amount. Business outcomes are statuses, bad input is an error.';
 

@@ -25,6 +25,7 @@
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_claim);
+PG_FUNCTION_INFO_V1(rp_claim_v13);
 
 static const char *const status_labels[RP_NSTATUS] = {
 	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed"
@@ -445,4 +446,16 @@ rp_claim(PG_FUNCTION_ARGS)
 
 	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * rp_claim as 1.3 binds it: without SET search_path, which this library
+ * pins itself (RpPathScopeOpen).  A library older than 1.3 lacks the
+ * symbol, so a backend still running one after ALTER EXTENSION UPDATE
+ * refuses the call rather than running it under the caller's path.
+ */
+Datum
+rp_claim_v13(PG_FUNCTION_ARGS)
+{
+	return rp_claim(fcinfo);
 }
