@@ -70,9 +70,10 @@ RpUnlock(RpLockKind kind, int64 activity, uint32 sub)
  * 4% of its CPU (a GUC nest level, parsing the setting, and recomputing
  * the caller's path on the way out).  rp_claim opens a path scope instead
  * (RpPathScopeOpen/Close), and within it the first statement prepared or
- * run (RpPreparedOn, scaleout.c's shard plans) or the first user-defined
- * function the direct path would evaluate (direct.c) pins the path at a
- * GUC nest level of its own, popped when the scope closes.  So SQL, a
+ * run (RpPreparedOn, scaleout.c's shard plans), or the direct path about to
+ * open tables whose writes evaluate something a user wrote or whose cache
+ * is stale (direct.c), pins the path at a GUC nest level of its own,
+ * popped when the scope closes.  So SQL, a
  * user's trigger and every expression of our tables see the same pinned
  * path as under SET, and the caller's path is back when rp_claim returns.
  * On an error the transaction's or subtransaction's abort pops the level,

@@ -1142,7 +1142,7 @@ RpWorkerPass(void)
 {
 	RpWorkerState w;
 
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", RP_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 
 	memset(&w, 0, sizeof(w));
 	w.cxt = AllocSetContextCreate(TopMemoryContext, "redpacket worker pass",

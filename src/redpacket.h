@@ -85,7 +85,8 @@ extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
 extern Numeric RpUnitsToAmount(int64 units, int scale);
 extern int64 RpScaleFactor(int scale);
 
-/* base.c: the search path SQL runs under (rp_claim pins it lazily) */
+/* base.c: the search path our SQL runs under (the worker pins it for good,
+ * rp_claim lazily) */
 #define RP_SEARCH_PATH "pg_catalog, pg_temp"
 extern int	RpPathScopeOpen(void);
 extern void RpPinSearchPath(void);
