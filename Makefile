@@ -13,8 +13,9 @@ OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
-       sql/redpacket--1.3.sql sql/redpacket--1.0--1.1.sql sql/redpacket--1.1--1.2.sql \
-       sql/redpacket--1.2--1.3.sql
+       sql/redpacket--1.3.sql sql/redpacket--1.4.sql \
+       sql/redpacket--1.0--1.1.sql sql/redpacket--1.1--1.2.sql \
+       sql/redpacket--1.2--1.3.sql sql/redpacket--1.3--1.4.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)

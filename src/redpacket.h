@@ -85,12 +85,10 @@ extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
 extern Numeric RpUnitsToAmount(int64 units, int scale);
 extern int64 RpScaleFactor(int scale);
 
-/* base.c: the search path our SQL runs under (the worker pins it for good,
- * rp_claim lazily) */
+/* base.c: the search path our SQL runs under (the worker pins it for good) */
 #define RP_SEARCH_PATH "pg_catalog, pg_temp"
-extern int	RpPathScopeOpen(void);
-extern void RpPinSearchPath(void);
-extern void RpPathScopeClose(int outer, bool ok);
+extern int	RpPinSearchPath(void);
+extern void RpUnpinSearchPath(int level);
 
 /* A plan prepared once per backend and kept across calls. */
 typedef struct RpPlan
@@ -115,6 +113,8 @@ extern int64 RpGetInt64(int row, int col, int64 if_null);
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
 #define RP_CATALOG_1_2 102
+#define RP_CATALOG_1_3 103
+#define RP_CATALOG_1_4 104
 extern int	RpCatalogVersion(void);
 extern bool RpRestoring(void);
 
