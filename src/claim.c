@@ -28,10 +28,6 @@ PG_FUNCTION_INFO_V1(rp_claim);
 PG_FUNCTION_INFO_V1(rp_claim_v13);
 PG_FUNCTION_INFO_V1(rp_claim_v14);
 
-static const char *const status_labels[RP_NSTATUS] = {
-	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed"
-};
-
 /*
  * The activity, the caller's claim under this idempotency key if any, in
  * one statement.  Columns 1-9 are the activity as RpActivityFromRow reads it.
@@ -64,7 +60,11 @@ static RpPlan insert_claim = {
 	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
 };
 
-/* Enum value OIDs of redpacket.claim_status, looked up once per type OID. */
+/*
+ * Enum value OIDs of redpacket.claim_status, looked up on first use per
+ * type OID (a catalog older than 1.4 lacks the 1.4 labels, which only 1.4
+ * features answer).
+ */
 static Oid	status_type = InvalidOid;
 static Oid	status_oids[RP_NSTATUS];
 
@@ -73,17 +73,18 @@ RpStatusDatum(Oid enumtype, RpStatus status)
 {
 	if (enumtype != status_type)
 	{
-		for (int i = 0; i < RP_NSTATUS; i++)
-		{
-			Oid			oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-											  ObjectIdGetDatum(enumtype),
-											  CStringGetDatum(status_labels[i]));
-
-			if (!OidIsValid(oid))
-				elog(ERROR, "redpacket.claim_status has no label \"%s\"", status_labels[i]);
-			status_oids[i] = oid;
-		}
+		memset(status_oids, 0, sizeof(status_oids));
 		status_type = enumtype;
+	}
+	if (!OidIsValid(status_oids[status]))
+	{
+		Oid			oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+										  ObjectIdGetDatum(enumtype),
+										  CStringGetDatum(RpStatName(status)));
+
+		if (!OidIsValid(oid))
+			elog(ERROR, "redpacket.claim_status has no label \"%s\"", RpStatName(status));
+		status_oids[status] = oid;
 	}
 	return ObjectIdGetDatum(status_oids[status]);
 }

@@ -267,7 +267,7 @@ extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
 
 /* claim.c: one claim, and its outcome as SQL columns */
-typedef enum RpStatus			/* same order as the SQL enum claim_status */
+typedef enum RpStatus			/* the labels of the SQL enum claim_status */
 {
 	RP_DUPLICATE,
 	RP_FROZEN,
@@ -276,6 +276,8 @@ typedef enum RpStatus			/* same order as the SQL enum claim_status */
 	RP_USER_LIMIT,
 	RP_EXHAUSTED,
 	RP_CLAIMED,
+	RP_NOT_ELIGIBLE,			/* 1.4 */
+	RP_BUSY,					/* 1.4 */
 	RP_NSTATUS
 } RpStatus;
 
@@ -305,6 +307,9 @@ typedef enum RpStatEvent
 	RP_STAT_ERROR,				/* a claim call that raised an error */
 	RP_NSTATS
 } RpStatEvent;
+
+/* The name of a counter: a status label, or stripe_waits, gathers, errors. */
+extern const char *RpStatName(int event);
 
 extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);
