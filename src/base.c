@@ -1,9 +1,9 @@
 /*
  * base.c
  *		The base layer every subsystem builds on: the extension's own advisory
- *		lock space, SPI plans prepared once per backend, reading SPI results,
- *		the installed catalog version and the restore flag.  It calls nothing
- *		else of redpacket's.
+ *		lock space, SPI plans prepared once per backend, reading SPI results
+ *		and the installed catalog version.  It calls nothing else of
+ *		redpacket's.
  */
 #include "postgres.h"
 
@@ -211,31 +211,4 @@ RpCatalogVersion(void)
 	}
 	cached_lxid = MyProc->lxid;
 	return cached;
-}
-
-static RpPlan database_restoring = {
-	"SELECT true FROM pg_catalog.pg_db_role_setting s"
-	" WHERE s.setdatabase OPERATOR(pg_catalog.=) $1"
-	"   AND s.setrole OPERATOR(pg_catalog.=) 0::pg_catalog.oid"
-	"   AND 'redpacket.restoring=on' OPERATOR(pg_catalog.=) ANY (s.setconfig)",
-	1, {OIDOID}
-};
-
-/*
- * True while a restore is in progress: redpacket.restoring is on in this
- * session, or set for this database (rp_pre_restore does that).  The
- * database setting is read from the catalog, not the session's copy, so a
- * long-lived worker sees it as soon as it is committed.  Must be called
- * inside SPI_connect.
- */
-bool
-RpRestoring(void)
-{
-	Datum		db = ObjectIdGetDatum(MyDatabaseId);
-
-	if (rp_restoring)
-		return true;
-	if (RpExec(&database_restoring, &db, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the settings of the database");
-	return SPI_processed > 0;
 }

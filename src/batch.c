@@ -26,6 +26,7 @@
 #include "utils/lsyscache.h"
 
 #include "redpacket.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(rp_claim_batch);
 PG_FUNCTION_INFO_V1(rp_claim_batch_v14);

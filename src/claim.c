@@ -23,6 +23,7 @@
 #include "utils/syscache.h"
 
 #include "redpacket.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(rp_claim);
 PG_FUNCTION_INFO_V1(rp_claim_v13);

@@ -34,6 +34,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "launcher.h"
 #include "redpacket.h"
 
 /* What a reconciler found, written by it just before it exits. */
@@ -59,6 +60,10 @@ typedef struct RpDb
 	bool		running;
 	RpWorkerResult known;		/* what its last reconciler found */
 } RpDb;
+
+int			rp_reconcile_interval = RP_DEFAULT_RECONCILE_INTERVAL;
+static int	rp_max_workers = RP_DEFAULT_MAX_WORKERS;
+static char *rp_database = NULL;
 
 static RpLauncherShared *rp_launcher = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -101,11 +106,37 @@ LauncherShmemStartup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Called from _PG_init while preloading: shared slots and the launcher. */
+/*
+ * Called from _PG_init: the settings, and while preloading the shared
+ * slots and the launcher.  Postmaster-level settings can only be defined
+ * while preloading; they only matter to the workers, which exist only then.
+ */
 void
 RpLauncherInit(void)
 {
 	BackgroundWorker worker;
+
+	DefineCustomIntVariable("redpacket.reconcile_interval",
+							"Seconds between reconciliation passes of the background worker.",
+							"0 pauses the worker without stopping it.",
+							&rp_reconcile_interval,
+							RP_DEFAULT_RECONCILE_INTERVAL, RP_MIN_RECONCILE_INTERVAL,
+							RP_MAX_RECONCILE_INTERVAL,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomStringVariable("redpacket.database",
+							   "Obsolete and ignored: the launcher reconciles every database with the extension.",
+							   NULL,
+							   &rp_database,
+							   "",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("redpacket.max_workers",
+							"Most reconcilers (one per database) running at once.",
+							"Each takes a max_worker_processes slot while it runs.",
+							&rp_max_workers,
+							RP_DEFAULT_MAX_WORKERS, RP_MIN_MAX_WORKERS, RP_MAX_MAX_WORKERS,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = LauncherShmemRequest;

@@ -2,7 +2,8 @@
  * redpacket.h
  *		Declarations shared by the redpacket subsystems: GUCs, money
  *		conversion, the extension's lock space, stripe operations, cached SPI
- *		plans, the reconciliation pass and the background worker.
+ *		plans.  The reconciler's subsystems have headers of their own
+ *		(reconcile.h, check.h, alert.h, worker.h, launcher.h, stats.h).
  */
 #ifndef REDPACKET_H
 #define REDPACKET_H
@@ -25,37 +26,19 @@
 #define RpMyProcNumber (MyProc->pgprocno)
 #endif
 
-/* GUC bounds and defaults */
+/*
+ * GUC bounds and defaults (the reconciler's, the launcher's and the
+ * counters' are in reconcile.h, launcher.h and stats.h)
+ */
 #define RP_DEFAULT_STRIPES 64
 #define RP_MIN_STRIPES 1
 #define RP_MAX_STRIPES 1024
-#define RP_DEFAULT_RECONCILE_INTERVAL 60
-#define RP_MIN_RECONCILE_INTERVAL 0
-#define RP_MAX_RECONCILE_INTERVAL 86400
-#define RP_DEFAULT_FULL_CHECK_INTERVAL 3600
-#define RP_MIN_FULL_CHECK_INTERVAL 0
-#define RP_MAX_FULL_CHECK_INTERVAL (86400 * 365)
 #define RP_MIN_SCALE 0
 #define RP_MAX_SCALE 4
 #define RP_MAX_USER_ID_BYTES 256	/* also the limit for request ids */
-#define RP_DEFAULT_STATS_MAX_ACTIVITIES 5000
-#define RP_MIN_STATS_MAX_ACTIVITIES 100
-#define RP_MAX_STATS_MAX_ACTIVITIES 1000000
-#define RP_DEFAULT_MAX_WORKERS 2
-#define RP_MIN_MAX_WORKERS 1
-#define RP_MAX_MAX_WORKERS 64
-#define RP_WORKER_LOCK_TIMEOUT "5s"	/* a reconciler's longest lock wait */
 
 extern int	rp_default_stripes;
-extern int	rp_reconcile_interval;
-extern char *rp_database;
-extern bool rp_freeze_on_mismatch;
-extern bool rp_restoring;
-extern int	rp_full_check_interval;
 extern bool rp_allow_drop;
-extern bool rp_track_stats;
-extern int	rp_stats_max_activities;
-extern int	rp_max_workers;
 extern bool rp_direct_claims;
 
 /*
@@ -109,14 +92,13 @@ extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *null
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
 
-/* base.c: what the installed catalog is, and whether a restore is running */
+/* base.c: what the installed catalog is */
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
 #define RP_CATALOG_1_2 102
 #define RP_CATALOG_1_3 103
 #define RP_CATALOG_1_4 104
 extern int	RpCatalogVersion(void);
-extern bool RpRestoring(void);
 
 /* The activity row as rp_claim and friends need it. */
 typedef struct RpActivity
@@ -295,30 +277,6 @@ extern void RpClaimOne(int64 activity, text *user_id, Numeric amount, text *requ
 extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
-/*
- * stats.c: per-activity counters of answers and events, kept in shared
- * memory when the library is preloaded (a no-op otherwise).  The answers
- * are counted by their RpStatus; the events that are not answers follow.
- */
-typedef enum RpStatEvent
-{
-	RP_STAT_WAIT = RP_NSTATUS,	/* waited for a busy stripe */
-	RP_STAT_GATHER,				/* locked every stripe to pay one claim */
-	RP_STAT_ERROR,				/* a claim call that raised an error */
-	RP_NSTATS
-} RpStatEvent;
-
-/* The name of a counter: a status label, or stripe_waits, gathers, errors. */
-extern const char *RpStatName(int event);
-
-extern void RpStatsInit(void);
-extern void RpStatsCount(int64 activity, int event);
-
-/* reconcile.c */
-extern int	RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out,
-							TupleDesc outdesc);
-extern void RpWorkerPass(void);
-
 /* scaleout.c: on a Citus cluster, is the activity held by this node? */
 extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
@@ -328,24 +286,5 @@ extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
 							 RpFastClaim *fast);
 extern int	RpShardInsertClaims(int64 activity, Datum *values);
 extern void RpReconcileCluster(bool full_check, Tuplestorestate *out);
-
-/* worker.c: one short-lived reconciler, one pass in one database */
-PGDLLEXPORT extern void RpWorkerMain(Datum main_arg);
-extern bool RpDatabaseWanted(void);
-
-/*
- * launcher.c: the long-lived launcher that starts a reconciler in every
- * database every interval; reconcilers report what they found.
- */
-typedef enum RpWorkerResult
-{
-	RP_WORKER_NONE = 0,			/* no report: failed before the end */
-	RP_WORKER_ABSENT,			/* the extension is not installed there */
-	RP_WORKER_PASSED			/* the extension is there: a pass ran */
-} RpWorkerResult;
-
-extern void RpLauncherInit(void);
-extern void RpLauncherReport(int slot, Oid dboid, RpWorkerResult result);
-PGDLLEXPORT extern void RpLauncherMain(Datum main_arg);
 
 #endif							/* REDPACKET_H */

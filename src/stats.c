@@ -28,18 +28,20 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "redpacket.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(rp_activity_stats);
 PG_FUNCTION_INFO_V1(rp_stats_reset);
 
-bool		rp_track_stats = true;
-int			rp_stats_max_activities = RP_DEFAULT_STATS_MAX_ACTIVITIES;
+static bool rp_track_stats = true;
+static int	rp_stats_max_activities = RP_DEFAULT_STATS_MAX_ACTIVITIES;
 
 typedef struct RpStatsKey
 {
@@ -128,10 +130,29 @@ StatsShmemStartup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Called from _PG_init while preloading: ask for the shared table. */
+/*
+ * Called from _PG_init: the settings, and while preloading the shared
+ * table (only then can the postmaster-level size be defined).
+ */
 void
 RpStatsInit(void)
 {
+	DefineCustomBoolVariable("redpacket.track_stats",
+							 "Count claim answers and events per activity in shared memory.",
+							 "Takes effect only when redpacket is in shared_preload_libraries.",
+							 &rp_track_stats,
+							 true,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("redpacket.stats_max_activities",
+							"Most activities whose claim counters are kept in shared memory.",
+							"Events of further activities are counted as untracked until rp_stats_reset().",
+							&rp_stats_max_activities,
+							RP_DEFAULT_STATS_MAX_ACTIVITIES, RP_MIN_STATS_MAX_ACTIVITIES,
+							RP_MAX_STATS_MAX_ACTIVITIES,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = StatsShmemRequest;
 	prev_shmem_startup_hook = shmem_startup_hook;

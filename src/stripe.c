@@ -17,6 +17,7 @@
 #include "storage/proc.h"
 
 #include "redpacket.h"
+#include "stats.h"
 
 /* Failed fast-path attempts before a claim gathers across all stripes. */
 #define RP_FAST_PROBES 4
