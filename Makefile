@@ -4,6 +4,7 @@
 #   make installcheck                pg_regress, isolation and TAP suites, each on
 #                                    its own temporary instance (run as a non-root user)
 #   make stress / make bench         concurrency stress run / benchmark suite
+#   make bench-group                 group red packets alone (test/bench/group.sh)
 #   make bench-citus                 rp_claim on a Citus cluster vs a single node
 
 MODULE_big = redpacket
@@ -49,11 +50,14 @@ include $(PGXS)
 # the TAP tests' own Perl module (test/perl/RedpacketTest.pm)
 PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 
-.PHONY: stress bench bench-citus demo
+.PHONY: stress bench bench-group bench-citus demo
 stress:
 	bash test/stress/run.sh
 bench:
 	bash test/bench/run.sh
+# many small activities and the reconciler keeping up (also part of bench)
+bench-group:
+	PG_CONFIG=$(PG_CONFIG) bash test/bench/group.sh
 # rp_claim through a Citus coordinator, on a worker and on a single node
 # (needs Citus installed: test/citus/build.sh)
 bench-citus:

@@ -87,7 +87,7 @@ bench_drop_root() {
     # never files other tools keep in the same directory).
     local f
     for f in bench.csv cpu.csv statements.csv meta.csv reconcile.csv reconcile_meta.csv \
-             results.md throughput.png; do
+             group.csv group_lag.csv group_meta.csv results.md throughput.png; do
         if [ -f "$tmp/results/$f" ] && ! cmp -s "$tmp/results/$f" "$BENCH_RESULTS/$f"; then
             cp "$tmp/results/$f" "$BENCH_RESULTS/$f"
             chown "$owner" "$BENCH_RESULTS/$f"
