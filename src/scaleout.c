@@ -125,6 +125,7 @@ static RpDistState
 DistState(void)
 {
 	Oid			nsp;
+	RpDistState state;
 
 	if (!dist_callback_registered)
 	{
@@ -134,7 +135,11 @@ DistState(void)
 	if (dist_state != RP_DIST_UNKNOWN)
 		return dist_state;
 
-	dist_state = RP_DIST_LOCAL;
+	/*
+	 * Decided in a local: the lookups below can process an invalidation
+	 * that resets dist_state to unknown while they run.
+	 */
+	state = RP_DIST_LOCAL;
 	nsp = get_namespace_oid("redpacket", true);
 	dist_relid = OidIsValid(nsp) ? get_relname_relid("activity", nsp) : InvalidOid;
 	if (OidIsValid(dist_relid) && OidIsValid(get_extension_oid("citus", true)))
@@ -144,9 +149,10 @@ DistState(void)
 		if (RpExec(&is_distributed, &relid, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read pg_dist_partition");
 		if (SPI_processed > 0)
-			dist_state = RP_DIST_CITUS;
+			state = RP_DIST_CITUS;
 	}
-	return dist_state;
+	dist_state = state;
+	return state;
 }
 
 /*
