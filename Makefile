@@ -9,7 +9,7 @@
 
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
-       src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/check.o src/alert.o \
+       src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/settle.o src/check.o src/alert.o \
        src/reconcile.o src/worker.o src/launcher.o src/stats.o src/guard.o src/scaleout.o src/change.o
 
 EXTENSION = redpacket

@@ -125,15 +125,19 @@ SELECT ok FROM redpacket.rp_reconcile(:nf);
 
 -- Incomplete: no reconcile_state row ----------------------------------------------
 -- A pass does not recreate it (a restore may be about to load it); an
--- explicit full check of that one activity does, with a WARNING.
+-- explicit full check of that one activity does, with a WARNING.  A pass
+-- over what changed finds its work through the state rows, so it does not
+-- list this activity at all; a full check of everything does, and reports
+-- it incomplete.
 SELECT redpacket.rp_create_activity(3.00, stripes => 1, name => 'no state') AS ns \gset
 SELECT status FROM redpacket.rp_claim(:ns, 'u1', 1.00);
 DELETE FROM redpacket.reconcile_state WHERE activity_id = :ns;
 SET client_min_messages = error;
 SELECT ok, problems, error FROM redpacket.rp_reconcile(:ns);
+SELECT count(*) FILTER (WHERE activity_id = :ns) AS listed FROM redpacket.rp_reconcile();
 SELECT count(*) FILTER (WHERE activity_id = :ns) AS listed,
        bool_or(ok) FILTER (WHERE activity_id = :ns) AS ok
-FROM redpacket.rp_reconcile();
+FROM redpacket.rp_reconcile(NULL, true);
 RESET client_min_messages;
 SELECT count(*) AS state_rows FROM redpacket.reconcile_state WHERE activity_id = :ns;
 -- (the WARNING names the activity id; shown without it)

@@ -1138,6 +1138,47 @@ COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
 -- [wallet] Settling claims with the wallet -----------------------------------
 
 -- [recon] The reconciler ------------------------------------------------------
+-- What the pass lists, through indexes, so that a pass does not grow with
+-- the history of activities: the activities not settled yet, and the ones
+-- whose last full check is oldest.
+CREATE INDEX reconcile_state_unsettled ON redpacket.reconcile_state (activity_id)
+    WHERE NOT settled;
+COMMENT ON INDEX redpacket.reconcile_state_unsettled IS
+    'The activities a reconciliation pass looks at for changes: those it has not seen settled.';
+CREATE INDEX reconcile_state_full_check ON redpacket.reconcile_state
+    (last_full_check_at NULLS FIRST, activity_id);
+COMMENT ON INDEX redpacket.reconcile_state_full_check IS
+    'The activities whose last full check is oldest, for the share of full checks of each pass.';
+-- The watermark of reversals (claims reversed with the wallet, 1.4): like
+-- the claims', the running sums up to last_settlement_id; and the net of
+-- the ledger the last pass saw, so that an entry added or changed behind the
+-- extension's back makes the activity pending.
+ALTER TABLE redpacket.reconcile_state
+    ADD COLUMN last_settlement_id bigint NOT NULL DEFAULT 0,
+    ADD COLUMN reversed numeric NOT NULL DEFAULT 0,
+    ADD COLUMN reversed_count bigint NOT NULL DEFAULT 0,
+    ADD COLUMN last_ledger numeric;
+COMMENT ON COLUMN redpacket.reconcile_state.last_settlement_id IS
+    'Reversals (claim_settlement rows with state reversed) with settlement ids up to this one are summed into reversed and reversed_count.';
+COMMENT ON COLUMN redpacket.reconcile_state.reversed IS
+    'Sum of the amounts of the claims reversed up to last_settlement_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.reversed_count IS
+    'Number of claims reversed up to last_settlement_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_ledger IS
+    'fund + top_up - withdraw - return - refund of the ledger as the last pass saw it.';
+COMMENT ON COLUMN redpacket.reconcile_state.settled IS
+    'True once a pass saw the activity closed (settled by it after expiry, or closed by an operator); passes then look at it only for full checks.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS
+    'When every claim of the activity was last re-summed: a full check, or a check that started from no watermark (the first); NULL when never.';
+COMMENT ON COLUMN redpacket.reconciliation.problems IS
+    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), incomplete, error; empty when ok; NULL on rows written by 1.0.';
+COMMENT ON TABLE redpacket.reconciliation IS
+    'One row per activity per reconciliation pass: expected = funded + top-ups - withdrawals - returned - refunds - sum of live claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
+-- Passes over all so far: each pass compares the stripe sums of one slice
+-- of the activities not settled, in turn.
+ALTER TABLE redpacket.reconciler ADD COLUMN passes bigint NOT NULL DEFAULT 0;
+COMMENT ON COLUMN redpacket.reconciler.passes IS
+    'Passes over all activities completed in this database (a counter).';
 
 -- [ops] Operating -------------------------------------------------------------
 

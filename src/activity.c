@@ -18,6 +18,7 @@
 #include "utils/lsyscache.h"
 
 #include "redpacket.h"
+#include "settle.h"
 
 PG_FUNCTION_INFO_V1(rp_create_activity);
 PG_FUNCTION_INFO_V1(rp_close_activity);
@@ -55,20 +56,6 @@ static RpPlan insert_ledger = {
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
 };
 
-/*
- * The return is inserted only if none exists: under READ COMMITTED the
- * caller saw none with every stripe locked, so a conflict is a bug; under
- * REPEATABLE READ a return committed after the caller's snapshot is a
- * conflict it cannot see, which PostgreSQL reports as 40001 (retry) rather
- * than the 23505 a plain INSERT would raise.
- */
-static RpPlan insert_return = {
-	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
-	" VALUES ($1, 'return', $2, $3)"
-	" ON CONFLICT (activity_id, kind) WHERE kind OPERATOR(pg_catalog.=) 'return' DO NOTHING",
-	3, {INT8OID, NUMERICOID, TEXTOID}
-};
-
 static RpPlan count_stripes = {
 	"SELECT pg_catalog.count(*) FROM redpacket.stripe s"
 	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1",
@@ -78,30 +65,6 @@ static RpPlan count_stripes = {
 static RpPlan insert_state = {
 	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)",
 	1, {INT8OID}
-};
-
-static RpPlan find_return = {
-	"SELECT 1 FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) $1"
-	"   AND l.kind OPERATOR(pg_catalog.=) 'return'",
-	1, {INT8OID}
-};
-
-/* A settled activity is empty: no balance and no packet left on any stripe. */
-static RpPlan zero_stripes = {
-	"WITH z AS (SELECT x.stripe, x.balance FROM redpacket.stripe x"
-	"            WHERE x.activity_id OPERATOR(pg_catalog.=) $1"
-	"              AND (x.balance OPERATOR(pg_catalog.<>) 0 OR x.packets OPERATOR(pg_catalog.<>) 0))"
-	" UPDATE redpacket.stripe s"
-	"    SET balance = 0, packets = CASE WHEN s.packets IS NULL THEN NULL ELSE 0 END FROM z"
-	"  WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) z.stripe"
-	" RETURNING z.balance",
-	1, {INT8OID}
-};
-
-static RpPlan mark_closed = {
-	"UPDATE redpacket.activity SET closed_at = COALESCE(closed_at, $2)"
-	" WHERE id OPERATOR(pg_catalog.=) $1",
-	2, {INT8OID, TIMESTAMPTZOID}
 };
 
 /* Copy the activity's frozen-or-closed state onto its stripes. */
@@ -279,36 +242,16 @@ InsertLedger(int64 activity, const char *kind, int64 units, int scale, const cha
 
 /*
  * Return the unclaimed remainder to the funder and mark the activity
- * closed.  The caller holds every stripe lock, so no claim is in flight and
- * no other settlement can run; an activity settled before gets nothing
- * more (the ledger's unique index would refuse a second return anyway).
- * Returns the remainder in minor units.
+ * closed (settle.c).  The caller holds every stripe lock.  Returns the
+ * remainder in minor units (0 when it was settled before).
  */
 int64
 RpSettle(const RpActivity *act, const char *reason)
 {
-	Datum		v[3];
-	int64		remainder = 0;
+	int64		remainder;
 
 	RpCheckStripeRows(act);
-	v[0] = Int64GetDatum(act->id);
-	if (RpExec(&find_return, v, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read ledger");
-	if (SPI_processed == 0)
-	{
-		if (RpExec(&zero_stripes, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not settle stripes");
-		for (uint64 i = 0; i < SPI_processed; i++)
-			remainder += RpGetInt64(i, 1, 0);
-		v[1] = NumericGetDatum(RpUnitsToAmount(remainder, act->scale));
-		v[2] = CStringGetTextDatum(reason);
-		if (RpExec(&insert_return, v, NULL, false, 0) != SPI_OK_INSERT || SPI_processed != 1)
-			elog(ERROR, "activity " INT64_FORMAT " already had a return entry", act->id);
-	}
-	v[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	if (RpExec(&mark_closed, v, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not close activity");
-	RpSyncHalt(act->id);
+	RpSettleMany(&act->id, 1, GetCurrentTransactionStartTimestamp(), reason, false, &remainder);
 	return remainder;
 }
 

@@ -60,7 +60,7 @@ static char *
 AlertPayload(const RpCheck *c)
 {
 	StringInfoData s;
-	bool		measured = !c->failed[RP_PROBLEM_ERROR] && !c->failed[RP_PROBLEM_INCOMPLETE];
+	bool		measured = RpCheckMeasured(c);
 
 	initStringInfo(&s);
 	appendStringInfoChar(&s, '{');

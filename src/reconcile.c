@@ -1,39 +1,43 @@
 /*
  * reconcile.c
  *		The reconciliation pass, shared by rp_reconcile() and the background
- *		worker (worker.c).  For each activity, while it holds every stripe
- *		lock of that activity (so no claim is in flight and what it reads is one
- *		consistent state), it proves the ledger identity
- *		funded - returned - sum(claims) = sum(stripe balances), the packet
- *		identity, the claim count, that no stripe is negative, and that a
- *		closed activity is empty (check.c).  It is incremental: a per-activity
- *		watermark keeps the running sums of claims already checked, so a pass
- *		reads only claims newer than the last one.  Claim ids come from an
- *		uncached sequence and are drawn under a stripe lock, so every claim
- *		committed after the pass has a larger id than the watermark.  The
- *		same pass settles expired activities, and freezes an activity whose
- *		check failed (when redpacket.freeze_on_mismatch is on); alert.c tells
- *		people.
+ *		worker (worker.c).  It lists the activities that need a look
+ *		(RpPassList), then checks them in batches: it takes every stripe
+ *		lock of every activity of a batch (without waiting: an activity
+ *		whose stripe is busy with a claim in flight is checked on its own
+ *		afterwards, waiting for it), and then, in one subtransaction, one
+ *		statement says what it may see of each (check.c), one settles those
+ *		whose time is up (settle.c), one proves the identities of each from
+ *		its watermark and records the result (check.c, where the argument
+ *		for the watermark under a batch is written down), and an activity
+ *		whose check failed is frozen when redpacket.freeze_on_mismatch is on;
+ *		alert.c tells people.  So a pass costs a few statements per batch
+ *		of up to RP_PASS_BATCH_MAX activities instead of a round trip each.
  *
  * What a pass never does: act on an activity it cannot fully see (stripe
  * rows missing, no funding entry, no state row, a sequence behind the ids in
  * its table: what a restore in progress looks like), write anything while a
- * restore is announced (RpRestoring), hold the stripe locks of more than a
- * constant number of stripes, or stop at the first activity whose check
- * raises an error (each activity is checked in a subtransaction; the error
- * is recorded and the pass goes on).
+ * restore is announced (RpRestoring), keep the stripe locks of more than
+ * RP_PASS_LOCK_BUDGET stripes in one transaction (nor hold more at once), or
+ * stop at the first activity whose check raises an error (a batch whose
+ * statements fail is checked again activity by activity, each in a
+ * subtransaction of its own: the error is recorded for that activity and
+ * the pass goes on).
  *
- * A pass over all activities lists what is pending (RpPassList), then
- * checks the listed activities one step at a time (RpPassStep): the worker
- * runs each step in a transaction of its own, rp_reconcile() all of them in
- * its caller's transaction, within RP_PASS_LOCK_BUDGET.
+ * The worker runs each step (a batch, or one busy activity) in a
+ * transaction of its own, so the stripe locks it keeps for what it settled
+ * or froze go at each commit; rp_reconcile() runs all of them in its
+ * caller's transaction and stops at RP_PASS_LOCK_BUDGET kept locks.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
@@ -43,9 +47,11 @@
 #include "utils/snapmgr.h"
 
 #include "alert.h"
+#include "change.h"
 #include "check.h"
 #include "reconcile.h"
 #include "redpacket.h"
+#include "settle.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
 
@@ -72,8 +78,17 @@ static int	kept_in_xact = 0;
  * state row), due for settlement, claims past the watermark, or stripe sums
  * other than the last pass saw (which is how a balance changed behind the
  * extension's back shows up).  $1 takes every activity (a full check), $2
- * is the time of the pass.  Column 2 says whether to re-sum every claim.
+ * is the time of the pass.  The listing gives each activity's id, its
+ * stripe count, and whether to re-sum every claim (PENDING_*).  Catalogs
+ * up to 1.3 look at every activity; 1.4 at those not settled (and the
+ * automatic full checks), through indexes, so a pass does not grow with
+ * the history of activities either.
  */
+enum
+{
+	PENDING_ID = 1, PENDING_STRIPES, PENDING_FULL
+};
+
 #define RP_PENDING_FROM \
 	"  FROM redpacket.activity a" \
 	"  LEFT JOIN redpacket.reconcile_state r ON r.activity_id OPERATOR(pg_catalog.=) a.id" \
@@ -90,12 +105,13 @@ static int	kept_in_xact = 0;
 	" OR EXISTS (SELECT FROM redpacket.claim c" \
 	"             WHERE c.activity_id OPERATOR(pg_catalog.=) a.id" \
 	"               AND c.claim_id OPERATOR(pg_catalog.>) r.last_claim_id)"
+#define RP_PENDING_ARGS 4, {BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID}
 
 static RpPlan pending_10 = {
-	"SELECT a.id, $1" RP_PENDING_FROM
+	"SELECT a.id, a.stripes, $1" RP_PENDING_FROM
 	" WHERE $1 OR " RP_PENDING_CHANGED
 	" ORDER BY a.id",
-	2, {BOOLOID, TIMESTAMPTZOID}
+	RP_PENDING_ARGS
 };
 
 /*
@@ -104,7 +120,7 @@ static RpPlan pending_10 = {
  * one, so a pass never re-sums everything at once.  $3 NULL: none.
  */
 static RpPlan pending_11 = {
-	"WITH p AS (SELECT a.id, r.last_full_check_at AS lf, " RP_PENDING_CHANGED " AS changed"
+	"WITH p AS (SELECT a.id, a.stripes, r.last_full_check_at AS lf, " RP_PENDING_CHANGED " AS changed"
 	RP_PENDING_FROM "),"
 	"     f AS (SELECT p.id FROM p"
 	"            WHERE $3 IS NOT NULL"
@@ -112,10 +128,100 @@ static RpPlan pending_11 = {
 	"            ORDER BY p.lf NULLS FIRST, p.id"
 	"            LIMIT (SELECT pg_catalog.ceil(pg_catalog.count(*)::pg_catalog.numeric"
 	"                                          OPERATOR(pg_catalog.*) $4)::pg_catalog.int8 FROM p))"
-	" SELECT p.id, $1 OR f.id IS NOT NULL FROM p LEFT JOIN f ON f.id OPERATOR(pg_catalog.=) p.id"
+	" SELECT p.id, p.stripes, $1 OR f.id IS NOT NULL"
+	"   FROM p LEFT JOIN f ON f.id OPERATOR(pg_catalog.=) p.id"
 	"  WHERE $1 OR p.changed OR f.id IS NOT NULL"
 	"  ORDER BY p.id",
-	4, {BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID}
+	RP_PENDING_ARGS
+};
+
+/*
+ * 1.4: the candidates are the activities not settled yet
+ * (reconcile_state_unsettled) and the oldest share of full checks
+ * (reconcile_state_full_check: a share of the estimated number of
+ * activities, at most RP_FULL_CHECKS_MAX a pass).  Of the first, those
+ * that changed: never checked, due for settlement, a claim, a ledger entry
+ * or a reversal past what the last check saw; each of those tests is one
+ * index probe.  Reading an activity's stripes costs a page per stripe, so
+ * their sums are compared for one slice of the candidates a pass, in turn
+ * (all of them while there are at most RP_PASS_STRIPE_PROBES): a balance
+ * changed behind the extension's back is seen within as many passes as
+ * there are slices, and by the activity's next check or full check in any
+ * case.  A settled activity changes only by a reversal (a refund entry) or
+ * behind the extension's back: the full checks find both.  $5 counts the
+ * passes (reconciler.passes), which picks the slice.
+ */
+#define RP_FULL_CHECKS_MAX 10000
+#define RP_PASS_STRIPE_PROBES 8192
+#define RP_PENDING_14_HEAD \
+	"WITH f AS (SELECT r.activity_id AS id FROM redpacket.reconcile_state r" \
+	"            WHERE $3 IS NOT NULL" \
+	"              AND (r.last_full_check_at IS NULL OR r.last_full_check_at OPERATOR(pg_catalog.<) $3)" \
+	"            ORDER BY r.last_full_check_at NULLS FIRST, r.activity_id" \
+	"            LIMIT (SELECT LEAST(pg_catalog.ceil(" \
+	"                            (CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0 THEN c.reltuples::pg_catalog.numeric" \
+	"                                  ELSE (SELECT pg_catalog.count(*) FROM redpacket.reconcile_state)::pg_catalog.numeric" \
+	"                             END) OPERATOR(pg_catalog.*) $4), " CppAsString2(RP_FULL_CHECKS_MAX) ")::pg_catalog.int8" \
+	"                     FROM pg_catalog.pg_class c" \
+	"                    WHERE c.oid OPERATOR(pg_catalog.=) 'redpacket.reconcile_state'::pg_catalog.regclass))," \
+	"     p AS (SELECT r.* FROM redpacket.reconcile_state r WHERE NOT r.settled" \
+	"           UNION ALL" \
+	"           SELECT r.* FROM f CROSS JOIN LATERAL (" \
+	"                  SELECT x.* FROM redpacket.reconcile_state x" \
+	"                   WHERE x.activity_id OPERATOR(pg_catalog.=) f.id AND x.settled OFFSET 0) r)," \
+	"     m AS (SELECT GREATEST(pg_catalog.ceil(pg_catalog.count(*)::pg_catalog.numeric" \
+	"                           OPERATOR(pg_catalog./) " CppAsString2(RP_PASS_STRIPE_PROBES) "), 1)::pg_catalog.int8 AS slices" \
+	"             FROM p)" \
+	" SELECT p.activity_id, a.stripes, f.id IS NOT NULL" \
+	"   FROM p CROSS JOIN m" \
+	"  CROSS JOIN LATERAL (SELECT x.stripes, x.closed_at, x.ends_at FROM redpacket.activity x" \
+	"                       WHERE x.id OPERATOR(pg_catalog.=) p.activity_id OFFSET 0) a" \
+	"   LEFT JOIN f ON f.id OPERATOR(pg_catalog.=) p.activity_id" \
+	"  WHERE f.id IS NOT NULL OR p.last_pass_at IS NULL" \
+	"     OR a.closed_at IS NOT NULL OR a.ends_at OPERATOR(pg_catalog.<=) $2" \
+	"     OR EXISTS (SELECT FROM redpacket.claim c" \
+	"                 WHERE c.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
+	"                   AND c.claim_id OPERATOR(pg_catalog.>) p.last_claim_id)" \
+	"     OR (SELECT COALESCE(pg_catalog.sum(x.amount) FILTER" \
+	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'fund'" \
+	"                      OR x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)" \
+	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
+	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'withdraw'), 0)" \
+	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
+	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'return'), 0)" \
+	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
+	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'refund'), 0)" \
+	"           FROM redpacket.ledger x" \
+	"          WHERE x.activity_id OPERATOR(pg_catalog.=) p.activity_id) IS DISTINCT FROM p.last_ledger"
+#define RP_PENDING_14_REVERSALS \
+	"     OR EXISTS (SELECT FROM redpacket.claim_settlement v" \
+	"                 WHERE v.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
+	"                   AND v.state OPERATOR(pg_catalog.=) 'reversed'" \
+	"                   AND v.settlement_id OPERATOR(pg_catalog.>) p.last_settlement_id)"
+#define RP_PENDING_14_STRIPES \
+	"     OR ((p.activity_id OPERATOR(pg_catalog.%) m.slices)" \
+	"           OPERATOR(pg_catalog.=) ($5 OPERATOR(pg_catalog.%) m.slices)" \
+	"         AND EXISTS (SELECT FROM (SELECT pg_catalog.sum(st.balance) AS balance," \
+	"                                         pg_catalog.sum(st.packets) AS packets," \
+	"                                         pg_catalog.sum(st.claims)::pg_catalog.int8 AS claims" \
+	"                                    FROM redpacket.stripe st" \
+	"                                   WHERE st.activity_id OPERATOR(pg_catalog.=) p.activity_id) s" \
+	"                      WHERE (s.balance, s.packets, s.claims)" \
+	"                            IS DISTINCT FROM (p.last_balance, p.last_packets, p.last_claims)))" \
+	" ORDER BY p.activity_id"
+#define RP_PENDING_14_ARGS 5, {BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT8OID}
+
+static RpPlan pending_14 = {
+	RP_PENDING_14_HEAD RP_PENDING_14_STRIPES, RP_PENDING_14_ARGS
+};
+
+static RpPlan pending_14s = {
+	RP_PENDING_14_HEAD RP_PENDING_14_REVERSALS RP_PENDING_14_STRIPES, RP_PENDING_14_ARGS
+};
+
+/* 1.4, a full check of everything: every activity */
+static RpPlan pending_all = {
+	"SELECT a.id, a.stripes, true FROM redpacket.activity a ORDER BY a.id", 0, {InvalidOid}
 };
 
 static RpPlan freeze = {
@@ -125,36 +231,70 @@ static RpPlan freeze = {
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
 
-static RpPlan pass_status = {
-	"UPDATE redpacket.reconciler"
-	"   SET last_pass_started_at = $1, last_pass_finished_at = $2,"
-	"       last_pass_ms = $3, activities_checked = $4, failures = $5",
+#define RP_PASS_STATUS \
+	"UPDATE redpacket.reconciler" \
+	"   SET last_pass_started_at = $1, last_pass_finished_at = $2," \
+	"       last_pass_ms = $3, activities_checked = $4, failures = $5"
+
+static RpPlan pass_status_11 = {
+	RP_PASS_STATUS,
 	5, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID}
 };
+
+/* 1.4 counts the passes too */
+static RpPlan pass_status_14 = {
+	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1",
+	5, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID}
+};
+
+/*
+ * Activities checked together: their stripe locks are taken together, and
+ * one subtransaction looks, settles, checks and records all of them.  A
+ * batch holds at most RP_PASS_LOCK_BUDGET stripe locks and
+ * RP_PASS_BATCH_MAX activities.  A pass starts with batches of one and
+ * doubles them while a batch takes less than RP_PASS_BATCH_MS (halving them
+ * when one takes more than twice that), so that the worker still gives way
+ * between two batches soon, even where a trigger or a lock makes each
+ * activity slow (DROP DATABASE waits only 5 s for it).
+ */
+#define RP_PASS_BATCH_MAX 256
+#define RP_PASS_BATCH_MS 100
 
 /* A pass over a list of activities. */
 struct RpPass
 {
+	MemoryContext cxt;			/* where the pass and its list live */
+	bool		verify;			/* read only: no lock, nothing written */
 	bool		one;			/* an explicit check of one named activity */
 	bool		repair;			/* an explicit full check of one activity */
 	int			kept_locks;		/* stripe locks this pass keeps until the transaction ends */
 	int			checked;
 	int			failures;
-	bool		budget_stop;	/* the lock budget left activities pending */
 	Tuplestorestate *out;
 	TupleDesc	outdesc;
-	MemoryContext cxt;			/* where the pass and its list live */
 	TimestampTz started;
 	int64	   *ids;			/* the listed activities (RpPassList) */
+	int		   *stripes;
 	bool	   *full;
 	int			n;
 	int			next;
+	int			batch;			/* activities in the next batch */
+	int64	   *busy;			/* activities a batch found busy, checked one by one */
+	int		   *busy_stripes;
+	bool	   *busy_full;
+	int			nbusy;
 };
 
-enum
+/* The activities of one unit of work, in one subtransaction. */
+typedef struct RpUnit
 {
-	PENDING_ID = 1, PENDING_FULL
-};
+	RpPass	   *pass;
+	int			n;
+	RpCheck    *checks;			/* activity and full set by the caller */
+	RpLook	   *looks;
+	bool		wait;			/* a unit of one that takes its stripes, waiting */
+	int			stripes;		/* ... that many */
+} RpUnit;
 
 /*
  * A failed check freezes the activity when redpacket.freeze_on_mismatch is
@@ -162,9 +302,9 @@ enum
  * c->froze when this check froze it, c->frozen when it is frozen now.
  */
 static void
-FreezeOnMismatch(RpCheck *c, const RpActivity *act)
+FreezeOnMismatch(RpCheck *c, bool was_frozen)
 {
-	c->frozen = act->frozen;
+	c->frozen = was_frozen;
 	if (rp_freeze_on_mismatch)
 	{
 		Datum		v[3];
@@ -177,85 +317,106 @@ FreezeOnMismatch(RpCheck *c, const RpActivity *act)
 			elog(ERROR, "could not freeze activity");
 		c->froze = SPI_processed > 0;
 		if (c->froze)
-			RpSyncHalt(act->id);
+		{
+			RpSyncHalt(c->activity);
+			RpRecordChange(c->activity, "freeze", "{\"frozen_reason\": null}",
+						   psprintf("{\"frozen_reason\": \"reconciliation mismatch at pass " INT64_FORMAT "\"}",
+									c->pass_id),
+						   "reconciliation mismatch");
+		}
 	}
-	c->frozen = act->frozen || c->froze;
+	c->frozen = was_frozen || c->froze;
+}
+
+/* Give back the stripe locks of an activity (held by the current resource owner). */
+static void
+UnlockStripes(int64 activity, int stripes)
+{
+	for (int s = 0; s < stripes; s++)
+		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
 }
 
 /*
- * Check one activity, with every stripe lock held: settle it first when its
- * time is up, record the check, advance the watermark, alert on failure.
- * Stripe locks are kept (until the transaction ends) only when this wrote
- * what claims read: a settlement or a freeze.  Returns the stripes kept.
+ * The work of a unit, in its subtransaction: (for a unit that waits) take
+ * every stripe lock, look at each activity, settle those whose time is up
+ * (exactly once: see settle.c), check and record the complete ones, freeze
+ * those that failed.  Nothing is written for an incomplete activity.
  */
-static int
-ReconcileOne(RpCheck *c, const RpActivity *act, const RpPass *pass)
+static void
+UnitStep(void *arg)
 {
-	bool		v11 = RpCatalogVersion() >= RP_CATALOG_1_1;
-	bool		settled = act->closed;
-	bool		wrote = false;
+	RpUnit	   *u = arg;
+	RpPass	   *pass = u->pass;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int64	   *ids = palloc(sizeof(int64) * u->n);
+	int64	   *due = palloc(sizeof(int64) * u->n);
+	RpCheck   **todo = palloc(sizeof(RpCheck *) * u->n);
+	RpCheck    *run;
+	int			ndue = 0;
+	int			ntodo = 0;
 
-	RpWaitAllStripes(act);
-	c->checked_at = GetCurrentTimestamp();
-	c->detail = RpCheckIncomplete(act, pass->repair && c->full);
-	if (c->detail != NULL)
+	if (u->wait)
 	{
-		c->failed[RP_PROBLEM_INCOMPLETE] = true;
-		c->ok = false;
+		RpActivity	act = {.id = u->checks[0].activity,.stripes = u->stripes};
+
+		Assert(u->n == 1);
+		RpWaitAllStripes(&act);
 	}
-	else
+	for (int i = 0; i < u->n; i++)
+		ids[i] = u->checks[i].activity;
+	RpCheckLook(ids, u->n, now, pass->verify, u->looks);
+	for (int i = 0; i < u->n; i++)
 	{
-		/* settle an activity whose time is up (exactly once: see RpSettle) */
-		if (!act->closed && act->ends_at <= GetCurrentTransactionStartTimestamp())
+		RpLook	   *l = &u->looks[i];
+		RpCheck    *c = &u->checks[i];
+
+		c->checked_at = GetCurrentTimestamp();
+		if (!l->exists)
+			continue;
+		if (l->no_state && pass->repair && c->full && !pass->verify)
 		{
-			(void) RpSettle(act, "expired");
-			settled = wrote = true;
+			RpCheckRecreateState(c->activity);
+			l->incomplete = NULL;
 		}
-		RpCheckRun(c, v11);
-		c->ok = true;
-		for (int p = 0; p < RP_NPROBLEMS; p++)
-			c->ok = c->ok && !c->failed[p];
-		RpCheckRecord(c, v11);
-		RpCheckAdvance(c, settled, v11);
+		if (l->incomplete != NULL)
+		{
+			c->failed[RP_PROBLEM_INCOMPLETE] = true;
+			c->detail = l->incomplete;
+			c->frozen = l->frozen;
+			continue;
+		}
+		if (l->due && !pass->verify)
+		{
+			c->settled = true;
+			due[ndue++] = c->activity;
+		}
+		todo[ntodo++] = c;
 	}
-	if (!c->ok)
+	RpSettleMany(due, ndue, now, "expired", RpCatalogVersion() >= RP_CATALOG_1_4, NULL);
+
+	/* the checks, in one statement; their results copied back */
+	run = palloc0(sizeof(RpCheck) * Max(ntodo, 1));
+	for (int i = 0; i < ntodo; i++)
+		run[i] = *todo[i];
+	RpCheckRun(run, ntodo, GetCurrentTimestamp(), !pass->verify, pass->out ? pass->outdesc : NULL);
+	for (int i = 0; i < ntodo; i++)
 	{
-		if (c->detail == NULL)
-			FreezeOnMismatch(c, act);
-		RpAlert(c);
-		wrote = wrote || c->froze;
+		*todo[i] = run[i];
+		if (!todo[i]->ok && !pass->verify)
+		{
+			bool		was_frozen = false;
+
+			for (int k = 0; k < u->n; k++)
+				if (u->looks[k].activity == todo[i]->activity)
+					was_frozen = u->looks[k].frozen;
+			FreezeOnMismatch(todo[i], was_frozen);
+		}
+		else
+			todo[i]->frozen = false;
 	}
-	if (wrote)
-		return act->stripes;
-	for (int s = 0; s < act->stripes; s++)
-		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-	return 0;
-}
-
-/* What the steps run in subtransactions work on. */
-typedef struct RpStep
-{
-	RpCheck    *c;
-	RpActivity *act;
-	RpPass	   *pass;
-} RpStep;
-
-static void
-CheckStep(void *arg)
-{
-	RpStep	   *st = arg;
-
-	st->pass->kept_locks += ReconcileOne(st->c, st->act, st->pass);
-}
-
-static void
-RecordErrorStep(void *arg)
-{
-	RpStep	   *st = arg;
-
-	if (RpCatalogVersion() >= RP_CATALOG_1_1)
-		RpCheckRecord(st->c, true);
-	RpAlert(st->c);
+	/* a unit that took its locks gives back what it need not keep */
+	if (u->wait && !(u->checks[0].settled || u->checks[0].froze))
+		UnlockStripes(u->checks[0].activity, u->stripes);
 }
 
 /*
@@ -297,89 +458,309 @@ InSubtransaction(void (*fn) (void *), void *arg)
 	return edata;
 }
 
-/*
- * Check one activity in a subtransaction: an error in it is caught, logged,
- * recorded as a failed check with its message (in a second subtransaction),
- * and the pass goes on.  Returns false when the activity no longer exists.
- */
-static bool
-ReconcileGuarded(int64 activity, bool full, RpPass *pass)
+static void
+RecordErrorStep(void *arg)
 {
-	RpCheck    *c = palloc0(sizeof(RpCheck));
-	RpActivity	act;
-	RpStep		st = {c, &act, pass};
-	ErrorData  *err;
+	RpUnit	   *u = arg;
 
-	c->activity = activity;
-	c->full = full;
-	c->checked_at = GetCurrentTimestamp();
-	if (!RpFetchActivity(activity, &act, !pass->one))
-		return false;
+	if (RpCatalogVersion() >= RP_CATALOG_1_1)
+		RpCheckRecordError(&u->checks[0], u->pass->out ? u->pass->outdesc : NULL);
+}
 
-	err = InSubtransaction(CheckStep, &st);
-	if (err != NULL)
+/*
+ * What a unit found, for people and for the pass: alerts (the freezes are
+ * done), the result rows, the counts.
+ */
+static void
+UnitReport(RpUnit *u)
+{
+	RpPass	   *pass = u->pass;
+
+	for (int i = 0; i < u->n; i++)
 	{
-		memset(c->failed, 0, sizeof(c->failed));
-		c->failed[RP_PROBLEM_ERROR] = true;
-		c->ok = c->frozen = c->froze = c->recorded = false;
-		c->row = NULL;
-		c->detail = err->message;
-		c->frozen = act.frozen;
-		err = InSubtransaction(RecordErrorStep, &st);
+		RpCheck    *c = &u->checks[i];
+
+		if (!u->looks[i].exists)
+		{
+			elog(DEBUG1, "activity " INT64_FORMAT " disappeared before its check", c->activity);
+			continue;
+		}
+		pass->checked++;
+		if (!c->ok)
+		{
+			pass->failures++;
+			if (!pass->verify)
+				RpAlert(c);
+		}
+		if (pass->out)
+		{
+			if (c->row == NULL && RpCatalogVersion() >= RP_CATALOG_1_1)
+				c->row = RpCheckUnrecordedRow(c, pass->outdesc);
+			if (c->row != NULL)
+				tuplestore_puttuple(pass->out, c->row);
+		}
+	}
+}
+
+/*
+ * A unit of one activity whose check raised an error: it is recorded as a
+ * failed check with its message (in a subtransaction of its own) and
+ * announced; it freezes nothing and is checked again next pass.
+ */
+static void
+UnitFailed(RpUnit *u, ErrorData *err)
+{
+	RpCheck    *c = &u->checks[0];
+
+	memset(c->failed, 0, sizeof(c->failed));
+	c->failed[RP_PROBLEM_ERROR] = true;
+	c->ok = c->froze = c->recorded = false;
+	c->row = NULL;
+	c->detail = err->message;
+	c->frozen = u->looks[0].frozen;
+	c->checked_at = GetCurrentTimestamp();
+	u->looks[0].exists = true;
+	if (!u->pass->verify)
+	{
+		err = InSubtransaction(RecordErrorStep, u);
 		if (err != NULL)
 			ereport(WARNING,
 					(errcode(err->sqlerrcode),
 					 errmsg("could not record the failed check of activity " INT64_FORMAT ": %s",
-							activity, err->message)));
+							c->activity, err->message)));
 	}
+}
 
-	pass->checked++;
-	if (!c->ok)
-		pass->failures++;
-	if (pass->out)
-	{
-		if (c->row == NULL && RpCatalogVersion() >= RP_CATALOG_1_1)
-			c->row = RpCheckUnrecordedRow(c, pass->outdesc);
-		if (c->row != NULL)
-			tuplestore_puttuple(pass->out, c->row);
-	}
-	return true;
+static RpUnit *
+NewUnit(RpPass *pass, int n)
+{
+	RpUnit	   *u = palloc0(sizeof(RpUnit));
+
+	u->pass = pass;
+	u->n = n;
+	u->checks = palloc0(sizeof(RpCheck) * Max(n, 1));
+	u->looks = palloc0(sizeof(RpLook) * Max(n, 1));
+	return u;
 }
 
 /*
- * List the activities a pass over all visits, with whether each gets a full
- * check, into the pass (allocated in cxt: SPI calls leave
- * CurrentMemoryContext at SPI's).  full_before (0: none) and full_share are
- * the automatic full checks of 1.1 (pending_11).  Returns how many.
+ * The stripe locks the unit keeps to the end of the transaction (those of
+ * what it settled or froze, which claims read), giving back the others
+ * (stripes[i] of activity i: a batch's, taken at this level; a unit that
+ * waited gives its own back inside its subtransaction, in UnitStep).
+ * Returns how many it keeps.
+ */
+static int
+UnitKeep(RpUnit *u, const int *stripes)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < u->n; i++)
+	{
+		RpCheck    *c = &u->checks[i];
+		int			n = u->wait ? u->stripes : stripes[i];
+
+		if (u->looks[i].exists && (c->settled || c->froze))
+			kept += n;
+		else if (!u->wait)
+			UnlockStripes(c->activity, n);
+	}
+	return kept;
+}
+
+/*
+ * Check one activity in a subtransaction of its own, waiting for its
+ * stripes (unless the caller holds them: held_stripes > 0).  Returns false
+ * when the activity no longer exists; an explicit check of an unknown
+ * activity is an error.
+ */
+static bool
+CheckOne(RpPass *pass, int64 activity, bool full, int held_stripes)
+{
+	RpUnit	   *u = NewUnit(pass, 1);
+	ErrorData  *err;
+	bool		exists;
+
+	u->checks[0].activity = activity;
+	u->checks[0].full = full;
+	if (held_stripes == 0)
+	{
+		RpActivity	act;
+
+		if (!RpFetchActivity(activity, &act, !pass->one))
+			return false;
+		u->wait = !pass->verify;
+		u->stripes = u->wait ? act.stripes : 0;
+	}
+	err = InSubtransaction(UnitStep, u);
+	if (err != NULL)
+	{
+		UnitFailed(u, err);
+		/* its locks went with the subtransaction, or the caller still holds them */
+		if (held_stripes > 0)
+			UnlockStripes(activity, held_stripes);
+	}
+	else if (!pass->verify)
+		pass->kept_locks += UnitKeep(u, &held_stripes);
+	exists = u->looks[0].exists;
+	UnitReport(u);
+	return exists;
+}
+
+/* The size of the next batch, after one of n activities took ms. */
+static void
+AdaptBatch(RpPass *pass, int n, long ms)
+{
+	if (RpDistributed())
+		pass->batch = 1;		/* on Citus each statement is routed for one activity */
+	else if (ms > 2 * RP_PASS_BATCH_MS)
+		pass->batch = Max(pass->batch / 2, 1);
+	else if (ms < RP_PASS_BATCH_MS && n >= pass->batch)
+		pass->batch = Min(pass->batch * 2, RP_PASS_BATCH_MAX);
+}
+
+/*
+ * Check the activities from index from of the list, as many as fit in a
+ * batch, taking their stripe locks without waiting: one statement looks at,
+ * settles and checks all of them.  An activity whose stripes are busy (a
+ * claim in flight) is left to CheckOne, which waits; when the batch's
+ * statements fail, each activity of it is checked on its own, so an error
+ * is the error of one activity.  Returns the index after the batch.
+ */
+static int
+CheckBatch(RpPass *pass, int from, int budget)
+{
+	int			n = 0;
+	int			locks = 0;
+	int			end;
+	RpUnit	   *u;
+	int		   *stripes;
+	ErrorData  *err;
+	TimestampTz started;
+
+	for (end = from; end < pass->n && n < pass->batch; end++)
+	{
+		if (n > 0 && locks + pass->stripes[end] > budget)
+			break;
+		locks += pass->stripes[end];
+		n++;
+	}
+	u = NewUnit(pass, n);
+	stripes = palloc(sizeof(int) * Max(n, 1));
+	n = 0;
+	for (int i = from; i < end; i++)
+	{
+		int			busy;
+		RpActivity	act = {.id = pass->ids[i],.stripes = pass->stripes[i]};
+
+		/* on a Citus cluster each node checks the activities it holds */
+		if (!RpActivityIsLocal(act.id))
+			continue;
+		if (!pass->verify && !RpTryLockAllStripes(&act, &busy))
+		{
+			pass->busy[pass->nbusy] = act.id;
+			pass->busy_stripes[pass->nbusy] = act.stripes;
+			pass->busy_full[pass->nbusy++] = pass->full[i];
+			continue;
+		}
+		u->checks[n].activity = act.id;
+		u->checks[n].full = pass->full[i];
+		stripes[n++] = act.stripes;
+	}
+	u->n = n;
+	if (n == 0)
+		return end;
+
+	started = GetCurrentTimestamp();
+	err = InSubtransaction(UnitStep, u);
+	AdaptBatch(pass, end - from, TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
+	if (err == NULL)
+	{
+		if (!pass->verify)
+			pass->kept_locks += UnitKeep(u, stripes);
+		UnitReport(u);
+		return end;
+	}
+	/* one by one, with the locks this level holds */
+	elog(DEBUG1, "redpacket reconciliation checks %d activities one by one: %s", n, err->message);
+	FreeErrorData(err);
+	for (int i = 0; i < n; i++)
+		(void) CheckOne(pass, u->checks[i].activity, u->checks[i].full,
+						pass->verify ? 0 : stripes[i]);
+	return end;
+}
+
+static RpPlan passes_so_far = {
+	"SELECT r.passes FROM redpacket.reconciler r", 0, {InvalidOid}
+};
+
+/* Passes over all recorded so far (1.4): picks a pass's slice. */
+static int64
+PassesSoFar(void)
+{
+	if (RpExec(&passes_so_far, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the reconciler's status");
+	return SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
+}
+
+/*
+ * List the activities a pass over all visits, with their stripe counts
+ * and whether each gets a full check, into the pass (allocated in its
+ * context: SPI calls leave CurrentMemoryContext at SPI's).  full_before (0:
+ * none) and full_share are the automatic full checks of 1.1.  Returns how
+ * many.
  */
 int
 RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_share)
 {
 	MemoryContext cxt = pass->cxt;
-	Datum		v[4];
-	char		n[4] = {' ', ' ', ' ', ' '};
-	bool		v11 = RpCatalogVersion() >= RP_CATALOG_1_1;
+	Datum		v[5];
+	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	int			version = RpCatalogVersion();
+	RpPlan	   *plan;
 	int			count;
 
+	/*
+	 * Decide how to list only once the tables cannot change under the
+	 * listing, and with a snapshot taken after that: rp_distribute()
+	 * converts them holding an exclusive lock, and a pass that waited for
+	 * it must see them distributed (RpDistributed()) as Citus's planner
+	 * will.
+	 */
+	(void) RangeVarGetRelid(makeRangeVar("redpacket", "activity", -1), AccessShareLock, false);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	v[4] = Int64GetDatum(version >= RP_CATALOG_1_4 ? PassesSoFar() : 0);
 	v[0] = BoolGetDatum(full_all);
 	v[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	v[2] = TimestampTzGetDatum(full_before);
 	n[2] = full_before == 0 ? 'n' : ' ';
 	v[3] = full_before == 0 ? NumericGetDatum(int64_to_numeric(0)) : full_share;
-	if (RpExec(v11 ? &pending_11 : &pending_10, v, n, true, 0) != SPI_OK_SELECT)
+	if (version >= RP_CATALOG_1_4 && !RpDistributed())
+		plan = full_all ? &pending_all
+			: RpSettlementsExist() ? &pending_14s : &pending_14;
+	else						/* Citus pushes these down to every node */
+		plan = version >= RP_CATALOG_1_1 ? &pending_11 : &pending_10;
+	if (RpExec(plan, v, n, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list activities to reconcile");
+	PopActiveSnapshot();
 	count = (int) SPI_processed;
 	pass->ids = MemoryContextAlloc(cxt, sizeof(int64) * Max(count, 1));
+	pass->stripes = MemoryContextAlloc(cxt, sizeof(int) * Max(count, 1));
 	pass->full = MemoryContextAlloc(cxt, sizeof(bool) * Max(count, 1));
+	pass->busy = MemoryContextAlloc(cxt, sizeof(int64) * Max(count, 1));
+	pass->busy_stripes = MemoryContextAlloc(cxt, sizeof(int) * Max(count, 1));
+	pass->busy_full = MemoryContextAlloc(cxt, sizeof(bool) * Max(count, 1));
 	for (int i = 0; i < count; i++)
 	{
 		bool		isnull;
 
 		pass->ids[i] = RpGetInt64(i, PENDING_ID, 0);
+		pass->stripes[i] = DatumGetInt32(RpGetDatum(i, PENDING_STRIPES, &isnull));
 		pass->full[i] = DatumGetBool(RpGetDatum(i, PENDING_FULL, &isnull));
 	}
 	pass->n = count;
 	pass->next = 0;
+	pass->nbusy = 0;
 	return count;
 }
 
@@ -394,12 +775,11 @@ RpPassRecord(const RpPass *pass)
 		return;
 	v[0] = TimestampTzGetDatum(pass->started);
 	v[1] = TimestampTzGetDatum(finished);
-	v[2] = DirectFunctionCall2(numeric_div,
-							   NumericGetDatum(int64_to_numeric(finished - pass->started)),
-							   NumericGetDatum(int64_to_numeric(1000)));
+	v[2] = NumericGetDatum(RpUnitsToAmount(finished - pass->started, 3));	/* us as ms */
 	v[3] = Int32GetDatum(pass->checked);
 	v[4] = Int32GetDatum(pass->failures);
-	if (RpExec(&pass_status, v, NULL, false, 0) != SPI_OK_UPDATE)
+	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_4 ? &pass_status_14 : &pass_status_11,
+			   v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the reconciliation pass");
 }
 
@@ -411,6 +791,7 @@ RpPassCreate(MemoryContext cxt)
 
 	pass->cxt = cxt;
 	pass->started = GetCurrentTimestamp();
+	pass->batch = 1;
 	return pass;
 }
 
@@ -421,25 +802,23 @@ RpPassChecked(const RpPass *pass)
 }
 
 /*
- * Check the next listed activity in the current transaction (the worker's
- * step: the commit releases what it kept).  Returns whether activities are
- * left for further steps.  Must be called inside SPI_connect.
+ * The worker's step, in a transaction of its own (whose commit releases
+ * what it kept): the next batch of the list, or one activity a batch found
+ * busy.  Returns whether work is left for further steps.  Must be called
+ * inside SPI_connect.
  */
 bool
 RpPassStep(RpPass *pass)
 {
-	int64		activity;
-
-	if (pass->next >= pass->n)
-		return false;
-	activity = pass->ids[pass->next];
-	/* on a Citus cluster each node checks the activities it holds */
-	if (RpActivityIsLocal(activity) &&
-		!ReconcileGuarded(activity, pass->full[pass->next], pass))
-		elog(DEBUG1, "activity " INT64_FORMAT " disappeared before its check", activity);
+	if (pass->nbusy > 0)
+	{
+		pass->nbusy--;
+		(void) CheckOne(pass, pass->busy[pass->nbusy], pass->busy_full[pass->nbusy], 0);
+	}
+	else if (pass->next < pass->n)
+		pass->next = CheckBatch(pass, pass->next, RP_PASS_LOCK_BUDGET);
 	pass->kept_locks = 0;		/* the commit releases them */
-	pass->next++;
-	return pass->next < pass->n;
+	return pass->nbusy > 0 || pass->next < pass->n;
 }
 
 /*
@@ -478,7 +857,6 @@ ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *o
 {
 	RpPass	   *pass;
 	int			n;
-	int			i;
 
 	if (RpRestoring())
 	{
@@ -507,29 +885,40 @@ ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *o
 		RequireLockBudget(*activity);
 		pass->one = true;
 		pass->repair = full_check;
-		(void) ReconcileGuarded(*activity, full_check, pass);
+		(void) CheckOne(pass, *activity, full_check, 0);
 		kept_in_xact += pass->kept_locks;
 		return pass->checked;
 	}
 
 	n = RpPassList(pass, full_check, 0, (Datum) 0);
-	for (i = 0; i < n; i++)
+	while (pass->next < n || pass->nbusy > 0)
 	{
-		RpActivity	act;
+		int			room = RP_PASS_LOCK_BUDGET - kept_in_xact;
 
-		/* on a Citus cluster each node checks the activities it holds */
-		if (!RpActivityIsLocal(pass->ids[i]) || !RpFetchActivity(pass->ids[i], &act, true))
-			continue;
-		if (kept_in_xact > 0 && kept_in_xact + act.stripes > RP_PASS_LOCK_BUDGET)
-			break;
 		pass->kept_locks = 0;
-		(void) ReconcileGuarded(pass->ids[i], pass->full[i], pass);
+		if (pass->nbusy > 0)
+		{
+			/* one alone is always allowed; after others, only within the budget */
+			pass->nbusy--;
+			if (kept_in_xact > 0 && pass->busy_stripes[pass->nbusy] > room)
+			{
+				pass->nbusy++;
+				break;
+			}
+			(void) CheckOne(pass, pass->busy[pass->nbusy], pass->busy_full[pass->nbusy], 0);
+		}
+		else
+		{
+			if (kept_in_xact > 0 && pass->stripes[pass->next] > room)
+				break;
+			pass->next = CheckBatch(pass, pass->next, Max(room, pass->stripes[pass->next]));
+		}
 		kept_in_xact += pass->kept_locks;
 	}
-	if (i < n)
+	if (pass->next < n || pass->nbusy > 0)
 		ereport(NOTICE,
 				(errmsg("redpacket reconciliation checked %d activities and left %d for the next pass",
-						pass->checked, n - i),
+						pass->checked, n - pass->next + pass->nbusy),
 				 errdetail("A transaction keeps the stripe locks of the activities its passes settled or froze until it ends, and stops at %d of them.",
 						   RP_PASS_LOCK_BUDGET),
 				 errhint("Call redpacket.rp_reconcile() again, each call in its own transaction.")));

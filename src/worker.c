@@ -16,6 +16,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -24,6 +25,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
@@ -117,6 +119,26 @@ typedef struct RpWorkerState
 } RpWorkerState;
 
 /*
+ * Is the extension installed, and will it stay until this transaction
+ * ends?  DROP EXTENSION locks the extension object in AccessExclusiveLock
+ * before it drops anything; a share lock, taken only if free and held to
+ * the end of the transaction, makes a later drop wait for this step (one
+ * batch) and keeps a drop already under way from pulling the tables from
+ * under it.
+ */
+static bool
+ExtensionStays(void)
+{
+	Oid			ext = get_extension_oid("redpacket", true);
+
+	if (!OidIsValid(ext) ||
+		!ConditionalLockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock))
+		return false;
+	/* the lock accepted invalidations: is it the same extension still? */
+	return get_extension_oid("redpacket", true) == ext;
+}
+
+/*
  * May a worker transaction act?  The extension is installed, the server is
  * not in recovery, no restore is announced, and no other pass is running
  * (the reconciliation lock, held to this transaction's end).
@@ -124,8 +146,7 @@ typedef struct RpWorkerState
 static bool
 WorkerMayAct(void)
 {
-	return !RecoveryInProgress() &&
-		OidIsValid(get_extension_oid("redpacket", true)) &&
+	return !RecoveryInProgress() && ExtensionStays() &&
 		!RpRestoring() && DatabaseWanted() &&
 		RpLock(RP_LOCK_RECONCILE, 0, 0, false);
 }
