@@ -197,7 +197,7 @@ if want throughput; then
     run create_plain 1
 fi
 
-echo "second,activities,never_checked,expired_unsettled" >"$BENCH_DIR/group_lag.csv"
+echo "second,activities,never_checked,expired_unsettled,last_pass_s_ago,last_pass_activities,last_pass_ms" >"$BENCH_DIR/group_lag.csv"
 if want sustain; then
     echo
     echo "-- sustained: $SCLIENTS clients x ${SUSTAIN} s, reconcile_interval = $INTERVAL"
@@ -218,9 +218,12 @@ if want sustain; then
         sleep "$SAMPLE"
         s=$(($(date +%s) - t0))
         IFS='|' read -r acts never unsettled < <(bench_psql -At -F'|' -c "$lag_q")
-        printf '  %4s s: %7s activities, %6s never checked, %6s expired and unsettled (older than %s s)\n' \
-            "$s" "$acts" "$never" "$unsettled" "$LAG"
-        echo "$s,$acts,$never,$unsettled" >>"$BENCH_DIR/group_lag.csv"
+        IFS='|' read -r pass_ago pass_ms pass_n < <(bench_psql -At -F'|' -c "
+            SELECT round(extract(epoch FROM now() - last_pass_finished_at)), round(last_pass_ms), activities_checked
+              FROM redpacket.reconciler")
+        printf '  %4s s: %7s activities, %6s never checked, %6s expired and unsettled (older than %s s); last pass %s s ago: %s in %s ms\n' \
+            "$s" "$acts" "$never" "$unsettled" "$LAG" "$pass_ago" "$pass_n" "$pass_ms"
+        echo "$s,$acts,$never,$unsettled,$pass_ago,$pass_n,$pass_ms" >>"$BENCH_DIR/group_lag.csv"
         if [ "$s" -gt "$LAG" ] && { [ "$never" != 0 ] || [ "$unsettled" != 0 ]; }; then
             late=$((late + 1))
         fi
