@@ -213,22 +213,22 @@ CREATE INDEX reconcile_state_full_check ON redpacket.reconcile_state
 COMMENT ON INDEX redpacket.reconcile_state_full_check IS
     'The activities whose last full check is oldest, for the share of full checks of each pass.';
 -- The watermark of reversals (claims reversed with the wallet, 1.4): like
--- the claims', the running sums up to last_settlement_id; and the net of
--- the ledger the last pass saw, so that an entry added or changed behind the
--- extension's back makes the activity pending.
+-- the claims', the running sums up to last_settlement_id; and the last
+-- ledger entry the last pass saw, so that a new entry (a top-up, or one
+-- added behind the extension's back) makes the activity pending.
 ALTER TABLE redpacket.reconcile_state
     ADD COLUMN last_settlement_id bigint NOT NULL DEFAULT 0,
     ADD COLUMN reversed numeric NOT NULL DEFAULT 0,
     ADD COLUMN reversed_count bigint NOT NULL DEFAULT 0,
-    ADD COLUMN last_ledger numeric;
+    ADD COLUMN last_entry_id bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.reconcile_state.last_settlement_id IS
     'Reversals (claim_settlement rows with state reversed) with settlement ids up to this one are summed into reversed and reversed_count.';
 COMMENT ON COLUMN redpacket.reconcile_state.reversed IS
     'Sum of the amounts of the claims reversed up to last_settlement_id.';
 COMMENT ON COLUMN redpacket.reconcile_state.reversed_count IS
     'Number of claims reversed up to last_settlement_id.';
-COMMENT ON COLUMN redpacket.reconcile_state.last_ledger IS
-    'fund + top_up - withdraw - return - refund of the ledger as the last pass saw it.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_entry_id IS
+    'The largest ledger entry id of the activity the last pass saw.';
 COMMENT ON COLUMN redpacket.reconcile_state.settled IS
     'True once a pass saw the activity closed (settled by it after expiry, or closed by an operator); passes then look at it only for full checks.';
 COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS

@@ -327,7 +327,7 @@ RpCheckRecreateState(int64 activity)
 	"                  w.reversed_to OPERATOR(pg_catalog.+) v.amount AS reversed," \
 	"                  w.rev_count_to OPERATOR(pg_catalog.+) v.n AS reversed_count," \
 	"                  s.balance, s.packets, s.claims, s.negative, s.nonempty, s.dealt_bad," \
-	"                  l.funded, l.returned, l.refunded, l.refunds, l.topup_packets" \
+	"                  l.funded, l.returned, l.refunded, l.refunds, l.topup_packets, l.last_entry" \
 	"             FROM w CROSS JOIN LATERAL (SELECT x.scale, x.packets, x.closed_at FROM redpacket.activity x" \
 	"                                         WHERE x.id OPERATOR(pg_catalog.=) " A " OFFSET 0) a" \
 	"            CROSS JOIN LATERAL (" \
@@ -385,7 +385,8 @@ RpCheckRecreateState(int64 activity)
 	"                         pg_catalog.sum(x.amount) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'return') AS returned," \
 	"                         0::pg_catalog.numeric AS refunded, 0::pg_catalog.int8 AS refunds," \
-	"                         0::pg_catalog.int8 AS topup_packets" \
+	"                         0::pg_catalog.int8 AS topup_packets," \
+	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
 #define CHK_K_LEDGER_14(A) \
 	"            CROSS JOIN LATERAL (" \
@@ -401,7 +402,8 @@ RpCheckRecreateState(int64 activity)
 	"                         pg_catalog.count(*) FILTER (WHERE x.kind OPERATOR(pg_catalog.=) 'refund') AS refunds," \
 	"                         COALESCE(pg_catalog.sum(x.packets) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)::pg_catalog.int8" \
-	"                           AS topup_packets" \
+	"                           AS topup_packets," \
+	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
 
 /* f: the identities, and the names of those that failed */
@@ -424,9 +426,7 @@ RpCheckRecreateState(int64 activity)
 	"                  $3 AND t.closed AND (t.nonempty OPERATOR(pg_catalog.<>) 0 OR t.returned IS NULL" \
 	"                       OR t.returned OPERATOR(pg_catalog.<>) (t.funded OPERATOR(pg_catalog.-) t.refunded" \
 	"                                                       OPERATOR(pg_catalog.-) t.live)) AS not_empty," \
-	"                  t.funded OPERATOR(pg_catalog.-) t.refunded OPERATOR(pg_catalog.-) t.live AS return_due," \
-	"                  t.funded OPERATOR(pg_catalog.-) COALESCE(t.returned, 0)" \
-	"                    OPERATOR(pg_catalog.-) t.refunded AS ledger_net" \
+	"                  t.funded OPERATOR(pg_catalog.-) t.refunded OPERATOR(pg_catalog.-) t.live AS return_due" \
 	"             FROM t)," \
 	"     f AS (SELECT e.*, ARRAY(SELECT $4[u.k::pg_catalog.int4] FROM pg_catalog.unnest(ARRAY[" \
 	"                    e.expected OPERATOR(pg_catalog.<>) e.actual," \
@@ -479,7 +479,7 @@ RpCheckRecreateState(int64 activity)
 	"                           THEN $5 ELSE r.last_full_check_at END"
 #define CHK_ADVANCE_14 \
 	", last_settlement_id = f.rev_last, reversed = f.reversed, reversed_count = f.reversed_count," \
-	"  last_ledger = f.ledger_net"
+	"  last_entry_id = f.last_entry"
 #define CHK_ADVANCE_TAIL(A) \
 	"    FROM f WHERE r.activity_id OPERATOR(pg_catalog.=) " A ")"
 #define CHK_EXTRAS \

@@ -140,19 +140,20 @@ static RpPlan pending_11 = {
  * (reconcile_state_unsettled) and the oldest share of full checks
  * (reconcile_state_full_check: a share of the estimated number of
  * activities, at most RP_FULL_CHECKS_MAX a pass).  Of the first, those
- * that changed: never checked, due for settlement, a claim, a ledger entry
- * or a reversal past what the last check saw; each of those tests is one
- * index probe.  Reading an activity's stripes costs a page per stripe, so
- * their sums are compared for one slice of the candidates a pass, in turn
- * (all of them while there are at most RP_PASS_STRIPE_PROBES): a balance
- * changed behind the extension's back is seen within as many passes as
- * there are slices, and by the activity's next check or full check in any
+ * that changed: never checked, due for settlement, or a claim, a ledger
+ * entry or a reversal with an id past what the last check saw; each of
+ * those tests is one probe of an index.  Reading an activity's stripes
+ * costs a page per stripe, so their sums are compared with what the last
+ * check saw for one slice of the candidates a pass, in turn, of about
+ * RP_PASS_STRIPE_ROWS stripes (all of them while they have no more): a
+ * balance changed behind the extension's back is seen within as many
+ * passes as there are slices, and by the activity's next check in any
  * case.  A settled activity changes only by a reversal (a refund entry) or
  * behind the extension's back: the full checks find both.  $5 counts the
  * passes (reconciler.passes), which picks the slice.
  */
 #define RP_FULL_CHECKS_MAX 10000
-#define RP_PASS_STRIPE_PROBES 8192
+#define RP_PASS_STRIPE_ROWS 8192
 #define RP_PENDING_14_HEAD \
 	"WITH f AS (SELECT r.activity_id AS id FROM redpacket.reconcile_state r" \
 	"            WHERE $3 IS NOT NULL" \
@@ -164,35 +165,28 @@ static RpPlan pending_11 = {
 	"                             END) OPERATOR(pg_catalog.*) $4), " CppAsString2(RP_FULL_CHECKS_MAX) ")::pg_catalog.int8" \
 	"                     FROM pg_catalog.pg_class c" \
 	"                    WHERE c.oid OPERATOR(pg_catalog.=) 'redpacket.reconcile_state'::pg_catalog.regclass))," \
-	"     p AS (SELECT r.* FROM redpacket.reconcile_state r WHERE NOT r.settled" \
+	"     q AS (SELECT r.* FROM redpacket.reconcile_state r WHERE NOT r.settled" \
 	"           UNION ALL" \
 	"           SELECT r.* FROM f CROSS JOIN LATERAL (" \
 	"                  SELECT x.* FROM redpacket.reconcile_state x" \
 	"                   WHERE x.activity_id OPERATOR(pg_catalog.=) f.id AND x.settled OFFSET 0) r)," \
-	"     m AS (SELECT GREATEST(pg_catalog.ceil(pg_catalog.count(*)::pg_catalog.numeric" \
-	"                           OPERATOR(pg_catalog./) " CppAsString2(RP_PASS_STRIPE_PROBES) "), 1)::pg_catalog.int8 AS slices" \
+	"     p AS (SELECT q.*, a.stripes, a.closed_at, a.ends_at FROM q" \
+	"            CROSS JOIN LATERAL (SELECT x.stripes, x.closed_at, x.ends_at FROM redpacket.activity x" \
+	"                                 WHERE x.id OPERATOR(pg_catalog.=) q.activity_id OFFSET 0) a)," \
+	"     m AS (SELECT GREATEST(pg_catalog.ceil(pg_catalog.sum(p.stripes)::pg_catalog.numeric" \
+	"                           OPERATOR(pg_catalog./) " CppAsString2(RP_PASS_STRIPE_ROWS) "), 1)::pg_catalog.int8 AS slices" \
 	"             FROM p)" \
-	" SELECT p.activity_id, a.stripes, f.id IS NOT NULL" \
+	" SELECT p.activity_id, p.stripes, f.id IS NOT NULL" \
 	"   FROM p CROSS JOIN m" \
-	"  CROSS JOIN LATERAL (SELECT x.stripes, x.closed_at, x.ends_at FROM redpacket.activity x" \
-	"                       WHERE x.id OPERATOR(pg_catalog.=) p.activity_id OFFSET 0) a" \
 	"   LEFT JOIN f ON f.id OPERATOR(pg_catalog.=) p.activity_id" \
 	"  WHERE f.id IS NOT NULL OR p.last_pass_at IS NULL" \
-	"     OR a.closed_at IS NOT NULL OR a.ends_at OPERATOR(pg_catalog.<=) $2" \
+	"     OR p.closed_at IS NOT NULL OR p.ends_at OPERATOR(pg_catalog.<=) $2" \
 	"     OR EXISTS (SELECT FROM redpacket.claim c" \
 	"                 WHERE c.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
 	"                   AND c.claim_id OPERATOR(pg_catalog.>) p.last_claim_id)" \
-	"     OR (SELECT COALESCE(pg_catalog.sum(x.amount) FILTER" \
-	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'fund'" \
-	"                      OR x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)" \
-	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
-	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'withdraw'), 0)" \
-	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
-	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'return'), 0)" \
-	"              OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
-	"                  (WHERE x.kind OPERATOR(pg_catalog.=) 'refund'), 0)" \
-	"           FROM redpacket.ledger x" \
-	"          WHERE x.activity_id OPERATOR(pg_catalog.=) p.activity_id) IS DISTINCT FROM p.last_ledger"
+	"     OR EXISTS (SELECT FROM redpacket.ledger l" \
+	"                 WHERE l.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
+	"                   AND l.entry_id OPERATOR(pg_catalog.>) p.last_entry_id)"
 #define RP_PENDING_14_REVERSALS \
 	"     OR EXISTS (SELECT FROM redpacket.claim_settlement v" \
 	"                 WHERE v.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
