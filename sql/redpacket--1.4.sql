@@ -1179,6 +1179,89 @@ COMMENT ON TABLE redpacket.reconciliation IS
 ALTER TABLE redpacket.reconciler ADD COLUMN passes bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.reconciler.passes IS
     'Passes over all activities completed in this database (a counter).';
+-- The counters gain the 1.4 answers (not_eligible, busy), the folded row of
+-- the database (the activities whose counters left shared memory once
+-- settled, or to make room) and when each row started counting.  The OUT
+-- columns of rp_activity_stats change, so it and its view are made again;
+-- the grants on them are kept (rp_grant_operator gave them to operators).
+DO $$
+BEGIN
+    PERFORM pg_catalog.set_config('rp_recon.stats_acl', COALESCE(
+        (SELECT c.relacl::pg_catalog.text FROM pg_catalog.pg_class c
+          WHERE c.oid OPERATOR(pg_catalog.=) 'redpacket.activity_stats'::pg_catalog.regclass), '{}'), true);
+    PERFORM pg_catalog.set_config('rp_recon.stats_fn_acl', COALESCE(
+        (SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
+          WHERE p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_activity_stats()'::pg_catalog.regprocedure), '{}'), true);
+END
+$$;
+DROP VIEW redpacket.activity_stats;
+DROP FUNCTION redpacket.rp_activity_stats();
+CREATE FUNCTION redpacket.rp_activity_stats(
+    OUT activity_id bigint,
+    OUT scope text,
+    OUT counting_since timestamptz,
+    OUT duplicate bigint,
+    OUT frozen bigint,
+    OUT not_started bigint,
+    OUT ended bigint,
+    OUT not_eligible bigint,
+    OUT user_limit bigint,
+    OUT busy bigint,
+    OUT exhausted bigint,
+    OUT claimed bigint,
+    OUT stripe_waits bigint,
+    OUT gathers bigint,
+    OUT errors bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'rp_activity_stats'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
+    'The shared-memory counters of this database (empty unless redpacket is in shared_preload_libraries): a row per activity, the folded row of the activities whose counters left shared memory, and the untracked events. Read it through the activity_stats view.';
+REVOKE ALL ON FUNCTION redpacket.rp_activity_stats() FROM PUBLIC;
+CREATE VIEW redpacket.activity_stats AS
+SELECT activity_id, scope, counting_since, claimed, duplicate, exhausted, frozen, ended,
+       not_started, not_eligible, user_limit, busy, stripe_waits, gathers, errors
+FROM redpacket.rp_activity_stats();
+COMMENT ON VIEW redpacket.activity_stats IS
+    'Answers and events of this database since the server started, CREATE EXTENSION or rp_stats_reset(): a row per activity in shared memory, plus the folded row (activities whose counters left it: settled, or the least recently active when room was needed) and the untracked row; lost on restart, empty unless redpacket is in shared_preload_libraries. The rows add up to every answer given.';
+COMMENT ON COLUMN redpacket.activity_stats.activity_id IS 'The activity; NULL for the folded and untracked rows.';
+COMMENT ON COLUMN redpacket.activity_stats.scope IS 'activity (one activity), folded (every activity of this database whose counters left shared memory) or untracked (events that found no room at all, all databases).';
+COMMENT ON COLUMN redpacket.activity_stats.counting_since IS 'When this row started counting: an activity whose counters were folded earlier starts a new row.';
+COMMENT ON COLUMN redpacket.activity_stats.claimed IS 'Answers claimed (new claims recorded; counted when answered, even if the caller later rolled back).';
+COMMENT ON COLUMN redpacket.activity_stats.duplicate IS 'Answers duplicate (retries or second grabs).';
+COMMENT ON COLUMN redpacket.activity_stats.exhausted IS 'Answers exhausted (budget or packets could not cover the claim).';
+COMMENT ON COLUMN redpacket.activity_stats.frozen IS 'Answers frozen.';
+COMMENT ON COLUMN redpacket.activity_stats.ended IS 'Answers ended (after ends_at or close).';
+COMMENT ON COLUMN redpacket.activity_stats.not_started IS 'Answers not_started (before starts_at).';
+COMMENT ON COLUMN redpacket.activity_stats.not_eligible IS 'Answers not_eligible (the user is not on the list of a restricted activity).';
+COMMENT ON COLUMN redpacket.activity_stats.user_limit IS 'Answers user_limit (the user already held per_user_limit claims).';
+COMMENT ON COLUMN redpacket.activity_stats.busy IS 'Answers busy (the claim would have waited behind redpacket.max_waiting others).';
+COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited for a busy stripe lock.';
+COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
+COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
+REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
+               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.stats_acl')::pg_catalog.aclitem[]) a
+               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) 'redpacket.activity_stats'::pg_catalog.regclass
+              WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner
+                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON redpacket.activity_stats TO %s%s', g.privilege_type,
+                                  g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
+               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.stats_fn_acl')::pg_catalog.aclitem[]) a
+               JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_activity_stats()'::pg_catalog.regprocedure
+              WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
+                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON FUNCTION redpacket.rp_activity_stats() TO %s%s', g.privilege_type,
+                                  g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
 
 -- [ops] Operating -------------------------------------------------------------
 

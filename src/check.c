@@ -483,7 +483,7 @@ RpCheckRecreateState(int64 activity)
 #define CHK_ADVANCE_TAIL(A) \
 	"    FROM f WHERE r.activity_id OPERATOR(pg_catalog.=) " A ")"
 #define CHK_EXTRAS \
-	", f.nonempty, f.returned AS returned_amount, f.return_due, f.found"
+	", f.nonempty, f.returned AS returned_amount, f.return_due, f.found, f.closed AS closed_now"
 #define CHK_RESULT \
 	" SELECT rec.*" CHK_EXTRAS " FROM rec JOIN f ON f.id OPERATOR(pg_catalog.=) rec.activity_id" \
 	"  ORDER BY rec.activity_id"
@@ -624,7 +624,8 @@ RpCheckRun(RpCheck *checks, int n, TimestampTz at, bool record, TupleDesc outdes
 				c_nonempty,
 				c_returned,
 				c_return_due,
-				c_found;
+				c_found,
+				c_closed;
 
 	if (n == 0)
 		return;
@@ -664,6 +665,7 @@ RpCheckRun(RpCheck *checks, int n, TimestampTz at, bool record, TupleDesc outdes
 	c_returned = Col("returned_amount");
 	c_return_due = Col("return_due");
 	c_found = Col("found");
+	c_closed = Col("closed_now");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		int64		id = RpGetInt64(r, c_id, 0);
@@ -692,6 +694,7 @@ RpCheckRun(RpCheck *checks, int n, TimestampTz at, bool record, TupleDesc outdes
 		c->nonempty = RpGetInt64(r, c_nonempty, 0);
 		c->returned = ColNumeric(r, c_returned);
 		c->return_due = ColNumeric(r, c_return_due);
+		c->closed = DatumGetBool(RpGetDatum(r, c_closed, &isnull));
 		c->recorded = record;
 		c->pass_id = RpGetInt64(r, c_pass, 0);
 

@@ -61,6 +61,7 @@ typedef struct RpCheck
 	bool		froze;			/* this check froze it (wrote activity and stripes) */
 	bool		recorded;		/* a reconciliation row was written */
 	bool		settled;		/* this pass settled it just before the check */
+	bool		closed;			/* it is closed (settled) after the check */
 	int64		pass_id;
 	Datum		expected;		/* numeric; everything below only after a check */
 	Datum		actual;

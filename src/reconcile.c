@@ -52,6 +52,7 @@
 #include "reconcile.h"
 #include "redpacket.h"
 #include "settle.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
 
@@ -469,6 +470,8 @@ static void
 UnitReport(RpUnit *u)
 {
 	RpPass	   *pass = u->pass;
+	int64	   *closed = palloc(sizeof(int64) * Max(u->n, 1));
+	int			nclosed = 0;
 
 	for (int i = 0; i < u->n; i++)
 	{
@@ -480,6 +483,8 @@ UnitReport(RpUnit *u)
 			continue;
 		}
 		pass->checked++;
+		if (c->closed && c->recorded)
+			closed[nclosed++] = c->activity;
 		if (!c->ok)
 		{
 			pass->failures++;
@@ -494,6 +499,8 @@ UnitReport(RpUnit *u)
 				tuplestore_puttuple(pass->out, c->row);
 		}
 	}
+	/* a settled activity's counters leave shared memory */
+	RpStatsFold(closed, nclosed);
 }
 
 /*

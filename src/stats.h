@@ -30,5 +30,6 @@ extern const char *RpStatName(int event);
 
 extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);
+extern void RpStatsFold(const int64 *activities, int n);
 
 #endif							/* RP_STATS_H */

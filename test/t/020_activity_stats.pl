@@ -4,8 +4,10 @@
 # exhausted; frozen, not_started, ended and user_limit answers each land in
 # their column.  redpacket.track_stats = off counts nothing;
 # rp_stats_reset() forgets one activity or all; a full table
-# (redpacket.stats_max_activities) counts further activities as untracked
-# and says so in the log; a restart loses everything.
+# (redpacket.stats_max_activities) never fills: the least recently active
+# activities, and settled ones on their own, are folded into the row of
+# their database, and the rows add up to every answer; a restart loses
+# everything.
 use strict;
 use warnings;
 
@@ -98,20 +100,42 @@ is(sql("SELECT redpacket.rp_stats_reset($frozen)"), '1', 'reset of one activity'
 is(stats($frozen), '', 'its row is gone');
 is(stats($later), '0|0|0|0|0|2|0', 'the others are kept');
 
-# --- a full table: untracked, and a log line ----------------------------------
+# --- the table never fills: rows leave it for the folded row -------------------
 
+# 103 activities with a claim each in a table of 100: the three least
+# recently active are folded into the database's folded row, nothing goes
+# untracked, and the rows still add up to every answer.
 sql('SELECT redpacket.rp_stats_reset()');
-my $log_offset = -s $node->logfile;
+my $fill_from = sql('SELECT coalesce(max(id), 0) + 1 FROM redpacket.activity');
 sql(q{
 SELECT redpacket.rp_claim(redpacket.rp_create_activity(1.00), 'filler', 0.01)
   FROM generate_series(1, 103)});
-is(sql('SELECT count(*) FROM redpacket.activity_stats WHERE activity_id IS NOT NULL'),
-	'100', 'the table holds redpacket.stats_max_activities activities');
-is(sql('SELECT claimed FROM redpacket.activity_stats WHERE activity_id IS NULL'),
-	'3', 'events of the activities that did not fit are counted as untracked');
-ok( $node->wait_for_log(
-		qr/LOG:  redpacket.stats_max_activities \(100\) is reached/, $log_offset),
-	'a full table is logged');
+is(sql("SELECT count(*) FROM redpacket.activity_stats WHERE scope = 'activity'"),
+	'100', 'the table holds redpacket.stats_max_activities activity rows');
+is( sql(q{SELECT activity_id IS NULL, claimed FROM redpacket.activity_stats WHERE scope = 'folded'}),
+	't|3', 'the three least recently active are folded into the row of the database');
+is( sql(q{SELECT min(activity_id) FROM redpacket.activity_stats WHERE scope = 'activity'}),
+	$fill_from + 3, 'the oldest ones left');
+is(sql('SELECT sum(claimed) FROM redpacket.activity_stats'), '103', 'the rows add up to every answer');
+is(sql("SELECT count(*) FROM redpacket.activity_stats WHERE scope = 'untracked'"),
+	'0', 'nothing is untracked');
+
+# A settled activity's counters leave on their own: the pass that sees it
+# settled folds them.  A later answer (ended) starts a row of its own.
+my $settle = sql("SELECT redpacket.rp_create_activity(10.00, 10, stripes => 2)");
+sql("SELECT redpacket.rp_claim($settle, 'u' || g, 1.00) FROM generate_series(1, 2) g");
+is(stats($settle), '2|0|0|0|0|0|0', 'an activity with two claims has its row');
+sql("SELECT redpacket.rp_close_activity($settle)");
+sql("SELECT count(*) FROM redpacket.rp_reconcile($settle)");
+is(stats($settle), '', 'settled and checked: its row left shared memory');
+is(sql(q{SELECT claimed FROM redpacket.activity_stats WHERE scope = 'folded'}),
+	'6', 'its claims are in the folded row (with one more that made room for it)');
+is(sql('SELECT sum(claimed) FROM redpacket.activity_stats'), '105', 'the rows still add up');
+sql("SELECT redpacket.rp_claim($settle, 'late', 1.00)");
+is(stats($settle), '0|0|0|0|1|0|0', 'a late answer starts a row of its own');
+is( sql(qq{SELECT counting_since > (SELECT created_at FROM redpacket.activity WHERE id = $settle)
+             FROM redpacket.activity_stats WHERE activity_id = $settle}),
+	't', 'which says since when it counts');
 is(sql('SELECT redpacket.rp_stats_reset()'), '100', 'reset all');
 is(sql('SELECT count(*) FROM redpacket.activity_stats'), '0', 'empty after reset all');
 
