@@ -1,8 +1,10 @@
 # Tampering behind the extension's back is caught by the worker.  A superuser
 # with session_replication_role = replica (which silences the append-only
 # triggers) changes a stripe balance, makes a fresh claim row vanish, forges
-# a claim row, or deletes an old claim.  The next incremental pass (or, for
-# the old claim, rp_reconcile(id, full_check => true)) records a not-ok row,
+# a claim row, deletes an old claim, forges a top-up or a withdrawal entry
+# in the ledger, or changes the amount of an old top-up.  The next
+# incremental pass (or, for the old claim and the old top-up,
+# rp_reconcile(id, full_check => true)) records a not-ok row,
 # sends NOTIFY redpacket_alert, logs a WARNING and freezes the activity; a
 # healthy activity beside it is unaffected.  With
 # redpacket.freeze_on_mismatch = off the mismatch is recorded and announced
@@ -110,8 +112,19 @@ my $healthy = activity('healthy', 5);          # B: left alone
 my $old_claim = activity('oldclaim', 5);       # C: an old claim deleted
 my $vanished = activity('vanished', 5);        # D: a fresh claim row vanishes
 my $forged = activity('forged', 5);            # E: a claim row forged
+my $top_up = activity('topup', 5);             # F: a top-up entry forged
+my $withdraw = activity('withdraw', 5);        # G: a withdrawal entry forged
+my $old_top_up = activity('oldtopup', 5);      # H: an old top-up's amount changed
+# H was topped up by 10.00 and 2 packets the way rp_top_up does it
+sql(qq{
+INSERT INTO redpacket.ledger (activity_id, kind, amount, packets, reason)
+VALUES ($old_top_up, 'top_up', 10.00, 2, 'more');
+UPDATE redpacket.stripe SET balance = balance + 250, packets = packets + CASE WHEN stripe < 2 THEN 1 ELSE 0 END
+ WHERE activity_id = $old_top_up;
+});
 
-for my $aid ($stripe_tamper, $healthy, $old_claim, $vanished, $forged)
+for my $aid ($stripe_tamper, $healthy, $old_claim, $vanished, $forged, $top_up, $withdraw,
+	$old_top_up)
 {
 	ok( $node->poll_query_until(
 			'postgres',
@@ -148,11 +161,20 @@ SET session_replication_role = replica;
 INSERT INTO redpacket.claim (activity_id, user_id, idempotency_key, amount, stripe, claimed_at)
 VALUES ($forged, 'forger', '', 7.00, 0, now());
 });
+sql(qq{
+SET session_replication_role = replica;
+INSERT INTO redpacket.ledger (activity_id, kind, amount, packets, reason)
+VALUES ($top_up, 'top_up', 3.00, NULL, 'forged');
+INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)
+VALUES ($withdraw, 'withdraw', 2.00, 'forged');
+});
 
 my $limit = 2 * $interval + 3;    # two intervals, plus slack for a busy machine
 for my $case ([ $stripe_tamper, 'stripe balance changed' ],
 	[ $vanished, 'fresh claim row vanished' ],
-	[ $forged, 'claim row forged' ])
+	[ $forged, 'claim row forged' ],
+	[ $top_up, 'top-up entry forged' ],
+	[ $withdraw, 'withdrawal entry forged' ])
 {
 	my ($aid, $what) = @$case;
 	my $secs = wait_mismatch($aid, $before, $t0);
@@ -166,8 +188,12 @@ is(last_pass($vanished), 'f|-1.00|5|6',
 	'vanished claim: drift -1.00, stripes count one claim more than the claim table');
 is(last_pass($forged), 'f|7.00|6|5',
 	'forged claim: drift +7.00, claim table has one claim the stripes never paid');
+is(last_pass($top_up), 'f|-3.00|5|5',
+	'forged top-up: drift -3.00, the ledger funds money no stripe holds');
+is(last_pass($withdraw), 'f|2.00|5|5',
+	'forged withdrawal: drift +2.00, the stripes hold money the ledger says went back');
 
-for my $aid ($stripe_tamper, $vanished, $forged)
+for my $aid ($stripe_tamper, $vanished, $forged, $top_up, $withdraw)
 {
 	is( sql(qq{SELECT state, last_reconcile_ok, frozen_reason LIKE 'reconciliation mismatch%'
 	             FROM redpacket.activity_status WHERE id = $aid}),
@@ -264,6 +290,29 @@ for (1 .. 100)
 }
 is($again, 'f|-1.00|4|5',
 	'deleted old claim: a later pass over it keeps reporting it');
+
+# --- An old top-up's amount changed: the full check catches it ---------------
+
+$log_offset = -s $node->logfile;
+sql(qq{
+SET session_replication_role = replica;
+UPDATE redpacket.ledger SET amount = 12.00 WHERE activity_id = $old_top_up AND kind = 'top_up';
+});
+sleep 2 * $interval;    # incremental passes go by: the entry is not new
+is(sql("SELECT frozen_reason IS NULL FROM redpacket.activity WHERE id = $old_top_up"),
+	't', 'changed old top-up: incremental passes do not re-read old entries');
+$full = '';
+for (1 .. 100)
+{
+	$full = sql(
+		qq{SELECT full_check, ok, drift, problems FROM redpacket.rp_reconcile($old_top_up, full_check => true)});
+	last if $full ne '';
+	usleep(100_000);
+}
+is($full, 't|f|-2.00|{money}', 'changed old top-up: the full check reports drift -2.00');
+is(sql("SELECT state FROM redpacket.activity_status WHERE id = $old_top_up"),
+	'frozen', 'changed old top-up: activity frozen');
+ok(wait_alert($old_top_up), 'changed old top-up: NOTIFY redpacket_alert received');
 
 # --- Repair, unfreeze: passes are clean again ---------------------------------
 
