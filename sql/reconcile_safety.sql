@@ -35,10 +35,14 @@ SELECT ok, problems, error IS NOT NULL AS has_error, expected, drift
 FROM redpacket.reconciliation WHERE activity_id = :e2;
 SELECT last_pass_at IS NULL AS state_untouched FROM redpacket.reconcile_state WHERE activity_id = :e2;
 SELECT frozen_reason IS NULL AS not_frozen FROM redpacket.activity WHERE id = :e2;
--- the reconciler's status counts it as a failure of the last pass
+-- the reconciler's status counts it as a failure of the last pass, one
+-- that could not be checked (not a mismatch); its duration is in
+-- milliseconds to the microsecond
 SELECT database = current_database() AS this_db, activities_checked >= 3 AS checked,
-       failures >= 1 AS failed, last_pass_ms >= 0 AS timed
+       failures >= 1 AS failed, last_pass_ms >= 0 AS timed, pg_catalog.scale(last_pass_ms) AS ms_scale,
+       last_pass_unchecked >= 1 AS unchecked, last_pass_mismatches AS mismatches
 FROM redpacket.reconciler_status;
+SELECT pg_catalog.scale(last_pass_ms) AS stored_scale FROM redpacket.reconciler;
 -- repaired: the next pass checks it
 DROP TRIGGER fail_state ON redpacket.reconcile_state;
 SELECT ok, problems FROM redpacket.rp_reconcile(:e2);
@@ -104,9 +108,21 @@ FROM redpacket.activity WHERE id = :sm;
 SELECT count(*) AS returns FROM redpacket.ledger WHERE activity_id = :sm AND kind = 'return';
 SELECT pg_temp.err(format('SELECT redpacket.rp_close_activity(%s)', :sm)) AS close;
 SELECT pg_temp.err(format('SELECT redpacket.rp_freeze(%s, %L)', :sm, 'hold')) AS freeze;
--- the rows arrive: the next pass settles it, with all 8.00
+-- It is told once (WARNING and NOTIFY), not once per pass: the report is
+-- on file, and a pass that sees the same tells nothing more.
+SELECT count(*) AS noted, min(detail) AS detail FROM redpacket.reconcile_problem WHERE activity_id = :sm;
+SELECT unchecked AS unchecked_before FROM redpacket.reconciler \gset
+SET client_min_messages = error;
+SELECT count(*) FILTER (WHERE activity_id = :sm) AS listed_again FROM redpacket.rp_reconcile();
+RESET client_min_messages;
+SELECT unchecked - :unchecked_before AS told_again,
+       (SELECT reported_at = since FROM redpacket.reconcile_problem WHERE activity_id = :sm) AS one_report
+FROM redpacket.reconciler;
+-- the rows arrive: the next pass settles it, with all 8.00, and the report
+-- of it goes
 INSERT INTO redpacket.stripe SELECT * FROM held_back;
 SELECT ok, problems FROM redpacket.rp_reconcile(:sm);
+SELECT count(*) AS still_noted FROM redpacket.reconcile_problem WHERE activity_id = :sm;
 SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :sm ORDER BY entry_id;
 SELECT * FROM pg_temp.books(:sm);
 

@@ -1263,6 +1263,306 @@ BEGIN
 END
 $$;
 
+-- The reconciler's own record: counters that only grow (so alerts on them
+-- do not flap), what the last pass found, split into checked and wrong
+-- (mismatches) and could not check (unchecked: an error such as a lock
+-- timeout, or an incomplete activity), and since when the extension is
+-- here (a reconciler that never ran is overdue from then).
+ALTER TABLE redpacket.reconciler
+    ADD COLUMN installed_at timestamptz,
+    ADD COLUMN checks bigint NOT NULL DEFAULT 0,
+    ADD COLUMN mismatches bigint NOT NULL DEFAULT 0,
+    ADD COLUMN unchecked bigint NOT NULL DEFAULT 0,
+    ADD COLUMN settlements bigint NOT NULL DEFAULT 0,
+    ADD COLUMN last_pass_mismatches integer,
+    ADD COLUMN last_pass_unchecked integer;
+-- (set, not a default of ADD COLUMN: that would keep the time of the update
+-- in the catalog, which a fresh install does not have)
+UPDATE redpacket.reconciler SET installed_at = pg_catalog.now();
+ALTER TABLE redpacket.reconciler ALTER COLUMN installed_at SET DEFAULT pg_catalog.now(),
+    ALTER COLUMN installed_at SET NOT NULL;
+COMMENT ON COLUMN redpacket.reconciler.installed_at IS 'When the extension got this row (CREATE EXTENSION, or the update to 1.4).';
+COMMENT ON COLUMN redpacket.reconciler.checks IS 'Checks of activities that ran, by any pass (a counter).';
+COMMENT ON COLUMN redpacket.reconciler.mismatches IS 'Checks that found the books wrong (a counter).';
+COMMENT ON COLUMN redpacket.reconciler.unchecked IS 'Checks that could not run (an error such as a lock timeout), and incomplete activities reported (once per change of what is missing) (a counter).';
+COMMENT ON COLUMN redpacket.reconciler.settlements IS 'Expired activities the passes settled (a counter).';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_mismatches IS 'Activities of the last pass over all whose books were wrong.';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_unchecked IS 'Activities of the last pass over all that could not be checked (error or incomplete).';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_ms IS 'Duration of the last pass in milliseconds (to the microsecond).';
+COMMENT ON COLUMN redpacket.reconciler.failures IS 'Activities of the last pass over all that failed a check, could not be checked, or were incomplete (last_pass_mismatches + last_pass_unchecked).';
+
+-- Whether each activity's latest check found its books right: the
+-- activities whose books are wrong now are few and found by an index.
+ALTER TABLE redpacket.reconcile_state ADD COLUMN last_ok boolean;
+COMMENT ON COLUMN redpacket.reconcile_state.last_ok IS
+    'Whether the latest check that ran found the books right; NULL before the first.';
+CREATE INDEX reconcile_state_failing ON redpacket.reconcile_state (activity_id) WHERE NOT last_ok;
+COMMENT ON INDEX redpacket.reconcile_state_failing IS 'The activities whose latest check found the books wrong.';
+-- The frozen activities, which monitoring lists: few, whatever the history.
+CREATE INDEX activity_frozen ON redpacket.activity (id) WHERE frozen_reason IS NOT NULL;
+COMMENT ON INDEX redpacket.activity_frozen IS 'The frozen activities (monitoring lists them).';
+
+-- Problems the reconciler reported and still sees, so that it reports each
+-- once per change instead of once per pass.  Not dumped: it describes what
+-- this server's passes told people.
+CREATE TABLE redpacket.reconcile_problem (
+    activity_id bigint NOT NULL,
+    problem     text NOT NULL CHECK (problem IN ('incomplete', 'uncredited')),
+    detail      text NOT NULL,
+    since       timestamptz NOT NULL,
+    reported_at timestamptz NOT NULL,
+    PRIMARY KEY (activity_id, problem)
+);
+COMMENT ON TABLE redpacket.reconcile_problem IS
+    'Problems of activities the reconciler reported (WARNING and NOTIFY) and still sees: reported again only when what it sees changes; a row goes when the problem does. Not dumped.';
+COMMENT ON COLUMN redpacket.reconcile_problem.activity_id IS 'The activity.';
+COMMENT ON COLUMN redpacket.reconcile_problem.problem IS 'incomplete (the pass cannot see the whole activity) or uncredited (claims older than redpacket.credit_deadline not credited).';
+COMMENT ON COLUMN redpacket.reconcile_problem.detail IS 'What the pass saw, as last reported.';
+COMMENT ON COLUMN redpacket.reconcile_problem.since IS 'When the problem was first seen.';
+COMMENT ON COLUMN redpacket.reconcile_problem.reported_at IS 'When it was last reported.';
+REVOKE ALL ON redpacket.reconcile_problem FROM PUBLIC;
+
+-- The reconciler's status: when the next pass is due and whether it is
+-- late, whether a launcher runs at all, the counters, and the activities
+-- that need a person now.  A pass is expected every
+-- redpacket.reconcile_interval (every minute while it is 0 or unknown: the
+-- pace of a pg_cron schedule); a database with no pass finished within two
+-- of them since the extension came is overdue, preloaded or not.
+CREATE OR REPLACE VIEW redpacket.reconciler_status AS
+SELECT pg_catalog.current_database() AS database,
+       r.last_pass_started_at,
+       r.last_pass_finished_at,
+       pg_catalog.round(r.last_pass_ms, 3) AS last_pass_ms,
+       r.activities_checked,
+       r.failures,
+       COALESCE(r.last_pass_finished_at, r.installed_at) OPERATOR(pg_catalog.+) i.every AS next_due_at,
+       f.last_full_check_at,
+       pg_catalog.now() OPERATOR(pg_catalog.>)
+           (COALESCE(r.last_pass_finished_at, r.installed_at)
+            OPERATOR(pg_catalog.+) (i.every OPERATOR(pg_catalog.*) 2::pg_catalog.float8)) AS overdue,
+       i.every AS expected_every,
+       EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                WHERE a.backend_type OPERATOR(pg_catalog.=) 'redpacket launcher') AS launcher_running,
+       r.passes,
+       r.checks,
+       r.mismatches,
+       r.unchecked,
+       r.settlements,
+       r.last_pass_mismatches,
+       r.last_pass_unchecked,
+       (SELECT pg_catalog.count(*) FROM redpacket.reconcile_state s WHERE NOT s.last_ok) AS failing,
+       (SELECT pg_catalog.count(*) FROM redpacket.reconcile_problem p
+         WHERE p.problem OPERATOR(pg_catalog.=) 'incomplete') AS incomplete
+FROM (SELECT CASE WHEN s.every OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN s.every
+                  ELSE '60 s'::pg_catalog.interval END AS every
+        FROM (SELECT COALESCE(pg_catalog.current_setting('redpacket.reconcile_interval', true),
+                              '60')::pg_catalog.interval AS every) s) i
+LEFT JOIN redpacket.reconciler r ON true
+CROSS JOIN (SELECT pg_catalog.min(s.last_full_check_at) AS last_full_check_at
+              FROM redpacket.reconcile_state s) f;
+COMMENT ON VIEW redpacket.reconciler_status IS
+    'The reconciler in this database: the last pass over all activities, when the next is due and whether it is overdue (no pass within two expected intervals, whatever the reason: paused, not preloaded, no worker slot, failing), the counters, and the activities that need a person now.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_ms IS 'Duration of the last pass in milliseconds.';
+COMMENT ON COLUMN redpacket.reconciler_status.failures IS 'Activities of the last pass over all that failed a check or could not be checked (last_pass_mismatches + last_pass_unchecked).';
+COMMENT ON COLUMN redpacket.reconciler_status.next_due_at IS 'When the next pass over all is due: the end of the last one (or the installation) + expected_every.';
+COMMENT ON COLUMN redpacket.reconciler_status.overdue IS 'True when no pass over all finished within two expected intervals: the reconciler is not running here, whatever the reason.';
+COMMENT ON COLUMN redpacket.reconciler_status.expected_every IS 'redpacket.reconcile_interval, or one minute while it is 0 (paused: passes are expected from pg_cron) or unknown.';
+COMMENT ON COLUMN redpacket.reconciler_status.launcher_running IS 'Whether the launcher (redpacket in shared_preload_libraries) runs on this server.';
+COMMENT ON COLUMN redpacket.reconciler_status.passes IS 'Passes over all completed (a counter).';
+COMMENT ON COLUMN redpacket.reconciler_status.checks IS 'Checks that ran (a counter).';
+COMMENT ON COLUMN redpacket.reconciler_status.mismatches IS 'Checks that found the books wrong (a counter).';
+COMMENT ON COLUMN redpacket.reconciler_status.unchecked IS 'Checks that could not run, and incomplete activities reported (a counter).';
+COMMENT ON COLUMN redpacket.reconciler_status.settlements IS 'Expired activities settled by the passes (a counter).';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_mismatches IS 'Activities of the last pass whose books were wrong.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_unchecked IS 'Activities of the last pass that could not be checked.';
+COMMENT ON COLUMN redpacket.reconciler_status.failing IS 'Activities whose latest check found the books wrong (whether frozen or not).';
+COMMENT ON COLUMN redpacket.reconciler_status.incomplete IS 'Activities the passes see incomplete now (reconcile_problem).';
+
+-- activity_status: last_reconciled_at and last_reconcile_ok say what the
+-- latest check that ran found; a check that could not run (an error, a
+-- lock timeout) is no longer a failed one, and shows in unchecked_since
+-- and last_check_error.
+CREATE OR REPLACE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       a.total,
+       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
+               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at,
+       u.since AS unchecked_since,
+       u.error AS last_check_error
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.sum(l.amount) AS returned
+    FROM redpacket.ledger l
+    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
+      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok, rc.pass_id
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+      AND NOT COALESCE(rc.problems OPERATOR(pg_catalog.@>) '{error}'::pg_catalog.text[], false)
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.min(e.checked_at) AS since,
+           (pg_catalog.array_agg(e.error ORDER BY e.pass_id DESC))[1] AS error
+    FROM redpacket.reconciliation e
+    WHERE e.activity_id OPERATOR(pg_catalog.=) a.id
+      AND e.pass_id OPERATOR(pg_catalog.>) COALESCE(p.pass_id, 0)
+      AND e.problems OPERATOR(pg_catalog.@>) '{error}'::pg_catalog.text[]) u ON true;
+COMMENT ON COLUMN redpacket.activity_status.last_reconciled_at IS 'When the latest check that ran checked this activity; NULL if none. An activity that did not change is not checked again, so an old value alone is not a problem.';
+COMMENT ON COLUMN redpacket.activity_status.last_reconcile_ok IS 'What the latest check that ran found: true when the books balanced, false when they did not (a check that could not run does not count).';
+COMMENT ON COLUMN redpacket.activity_status.unchecked_since IS 'Since when the checks of this activity could not run (an error, a lock timeout); NULL when the latest attempt ran.';
+COMMENT ON COLUMN redpacket.activity_status.last_check_error IS 'Why the latest attempt could not run; NULL when it ran.';
+
+-- A read-only verification: the checks of rp_reconcile, the same rows, no
+-- lock and nothing written, in one snapshot: on a standby, in a read-only
+-- transaction, at any isolation level.
+CREATE FUNCTION redpacket.rp_verify(activity bigint DEFAULT NULL, full_check boolean DEFAULT true)
+RETURNS SETOF redpacket.reconciliation
+AS 'MODULE_PATHNAME', 'rp_verify'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_verify(bigint, boolean) IS
+    'Verifies the books of one activity, or of every activity, in one snapshot of committed data, writing nothing: the checks and result rows of rp_reconcile (pass_id NULL; nothing settled, frozen or recorded). Runs on a standby and in read-only transactions; full_check (the default) re-sums every claim.';
+REVOKE ALL ON FUNCTION redpacket.rp_verify(bigint, boolean) FROM PUBLIC;
+
+-- One step of rp_reconcile_strict: it waits for a pass that holds the lock,
+-- then checks what is pending after an activity, as far as the lock budget
+-- of one transaction allows.
+CREATE FUNCTION redpacket.rp_reconcile_step(full_check boolean, lock_wait interval,
+                                            after_activity bigint,
+                                            OUT checked bigint, OUT mismatches bigint,
+                                            OUT unchecked bigint, OUT failed bigint[],
+                                            OUT last_activity bigint, OUT left_pending bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'rp_reconcile_step'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint) IS
+    'One transaction of rp_reconcile_strict: waits at most lock_wait for a running pass (SQLSTATE 55P03 after that), then checks the pending activities after after_activity (NULL: all) within one transaction''s lock budget; returns the counts, the failed activities, the last activity reached and how many are left.';
+REVOKE ALL ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint) FROM PUBLIC;
+
+-- The strict pass for schedulers.  It used to succeed without checking
+-- anything when another pass held the lock (rp_reconcile returned no row):
+-- now it waits for that pass (lock_wait at most, then SQLSTATE 55P03),
+-- checks everything pending, one transaction per lock budget, and fails
+-- with XX001 when a check found the books wrong, with 55000 when one could
+-- not run.  It gains lock_wait: the procedure is made again, and the grants
+-- on it are kept.
+DO $$
+BEGIN
+    PERFORM pg_catalog.set_config('rp_recon.strict_acl', COALESCE(
+        (SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
+          WHERE p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_reconcile_strict(boolean)'::pg_catalog.regprocedure),
+        '{}'), true);
+END
+$$;
+DROP PROCEDURE redpacket.rp_reconcile_strict(boolean);
+CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false,
+                                               lock_wait interval DEFAULT '1 min')
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    after pg_catalog.int8 := NULL;
+    checked pg_catalog.int8 := 0;
+    mismatches pg_catalog.int8 := 0;
+    unchecked pg_catalog.int8 := 0;
+    failed pg_catalog.int8[] := '{}';
+BEGIN
+    -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
+    -- below is qualified or typed, and the path is pinned for its statements.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF full_check IS NULL OR lock_wait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'full_check and lock_wait must not be NULL';
+    END IF;
+    LOOP
+        SELECT * INTO r FROM redpacket.rp_reconcile_step(full_check, lock_wait, after);
+        COMMIT;
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+        checked := checked OPERATOR(pg_catalog.+) r.checked;
+        mismatches := mismatches OPERATOR(pg_catalog.+) r.mismatches;
+        unchecked := unchecked OPERATOR(pg_catalog.+) r.unchecked;
+        failed := failed OPERATOR(pg_catalog.||) r.failed;
+        EXIT WHEN r.left_pending OPERATOR(pg_catalog.=) 0;
+        after := r.last_activity;
+    END LOOP;
+    IF mismatches OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'data_corrupted',
+            MESSAGE = pg_catalog.format('redpacket reconciliation failed for %s of %s activities', mismatches, checked),
+            DETAIL = pg_catalog.format('Failed activities: %s.', pg_catalog.array_to_string(failed, ', ')),
+            HINT = 'The failed checks are recorded in redpacket.reconciliation (problems, error); the pass itself was committed.';
+    END IF;
+    IF unchecked OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('redpacket reconciliation could not check %s of %s activities', unchecked, checked),
+            DETAIL = pg_catalog.format('Activities not checked: %s.', pg_catalog.array_to_string(failed, ', ')),
+            HINT = 'An error (redpacket.reconciliation.error, e.g. a lock timeout) or an incomplete activity (redpacket.reconcile_problem) stopped their checks; nothing is known to be wrong with them.';
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) IS
+    'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong and 55000 when one could not run, so pg_cron records the run as failed.';
+REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) FROM PUBLIC;
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
+               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.strict_acl')::pg_catalog.aclitem[]) a
+               JOIN pg_catalog.pg_proc p
+                 ON p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_reconcile_strict(boolean, interval)'::pg_catalog.regprocedure
+              WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
+                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) TO %s%s',
+                                  g.privilege_type, g.grantee,
+                                  CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        -- the procedure (SECURITY INVOKER) runs its steps with the caller's rights
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint) TO %s',
+                                  g.grantee);
+    END LOOP;
+END
+$$;
+DELETE FROM redpacket.role_grant
+ WHERE privilege OPERATOR(pg_catalog.=) 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)';
+
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_verify(bigint, boolean)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint)'),
+    ('operator', 'SELECT ON redpacket.reconcile_problem'),
+    ('operator', 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval)');
+
 -- [ops] Operating -------------------------------------------------------------
 
 -- [citus] Scale-out -----------------------------------------------------------

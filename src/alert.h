@@ -8,5 +8,8 @@
 #include "check.h"
 
 extern void RpAlert(const RpCheck *c);
+extern const char *RpAlertKind(const RpCheck *c);
+extern int	RpAlertIncomplete(RpCheck **checks, int n);
+extern void RpAlertComplete(const int64 *activities, int n);
 
 #endif							/* RP_ALERT_H */

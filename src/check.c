@@ -479,7 +479,8 @@ RpCheckRecreateState(int64 activity)
 	"                           THEN $5 ELSE r.last_full_check_at END"
 #define CHK_ADVANCE_14 \
 	", last_settlement_id = f.rev_last, reversed = f.reversed, reversed_count = f.reversed_count," \
-	"  last_entry_id = f.last_entry"
+	"  last_entry_id = f.last_entry," \
+	"  last_ok = pg_catalog.cardinality(f.found) OPERATOR(pg_catalog.=) 0"
 #define CHK_ADVANCE_TAIL(A) \
 	"    FROM f WHERE r.activity_id OPERATOR(pg_catalog.=) " A ")"
 #define CHK_EXTRAS \

@@ -37,6 +37,9 @@
 #include "launcher.h"
 #include "redpacket.h"
 
+/* Seconds between two lines about databases that waited for a reconciler. */
+#define RP_LATE_LOG_SECS 60
+
 /* What a reconciler found, written by it just before it exits. */
 typedef struct RpSlot
 {
@@ -71,6 +74,8 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* launcher-local state */
 static HTAB *dbs = NULL;
+static bool no_slot = false;	/* a reconciler could not start since the last round */
+static TimestampTz late_logged_at = 0;	/* the last "databases waited" line */
 static List *queue = NIL;		/* database oids waiting for a slot */
 static BackgroundWorkerHandle **handles = NULL; /* by slot; NULL when free */
 
@@ -240,11 +245,24 @@ StartRound(void)
 			queue = lappend_oid(queue, db->dboid);
 		}
 	}
-	if (late > 0)
-		ereport(LOG,
-				(errmsg("redpacket.max_workers (%d) is too small: %d database(s) waited a whole redpacket.reconcile_interval (%d s) for a reconciler",
-						rp_max_workers, late, rp_reconcile_interval),
-				 errhint("Raise redpacket.max_workers (and max_worker_processes) and restart, or lengthen redpacket.reconcile_interval.")));
+	/* a line at most every RP_LATE_LOG_SECS, naming the setting that binds */
+	if (late > 0 &&
+		TimestampDifferenceExceeds(late_logged_at, GetCurrentTimestamp(), RP_LATE_LOG_SECS * 1000))
+	{
+		if (no_slot)
+			ereport(LOG,
+					(errmsg("redpacket: %d database(s) waited a whole redpacket.reconcile_interval (%d s) for a reconciler: no background worker slot was free",
+							late, rp_reconcile_interval),
+					 errhint("Raise max_worker_processes (%d now; the launcher and up to redpacket.max_workers reconcilers each need one, besides everything else that uses them) and restart.",
+							 max_worker_processes)));
+		else
+			ereport(LOG,
+					(errmsg("redpacket.max_workers (%d) is too small: %d database(s) waited a whole redpacket.reconcile_interval (%d s) for a reconciler",
+							rp_max_workers, late, rp_reconcile_interval),
+					 errhint("Raise redpacket.max_workers (and max_worker_processes) and restart, or lengthen redpacket.reconcile_interval.")));
+		late_logged_at = GetCurrentTimestamp();
+	}
+	no_slot = false;
 }
 
 /* Log the start and the end of reconciling one database. */
@@ -331,6 +349,7 @@ LaunchQueued(void)
 		if (!StartWorker(dboid, i))
 		{
 			handles[i] = NULL;
+			no_slot = true;
 			if (!full_logged)
 				ereport(WARNING,
 						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

@@ -37,6 +37,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "utils/array.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
@@ -55,6 +56,8 @@
 #include "stats.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
+PG_FUNCTION_INFO_V1(rp_reconcile_step);
+PG_FUNCTION_INFO_V1(rp_verify);
 
 int			rp_full_check_interval = RP_DEFAULT_FULL_CHECK_INTERVAL;
 static bool rp_freeze_on_mismatch = true;
@@ -236,10 +239,34 @@ static RpPlan pass_status_11 = {
 	5, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID}
 };
 
-/* 1.4 counts the passes too */
+/*
+ * 1.4: the counters (the passes over all, then what every pass checked,
+ * also of one activity: $6 checks, $7 mismatches, $8 unchecked told, $9
+ * settlements) and what the last pass over all found ($10, $11).
+ */
+#define RP_PASS_COUNTERS \
+	"       checks = checks OPERATOR(pg_catalog.+) $6," \
+	"       mismatches = mismatches OPERATOR(pg_catalog.+) $7," \
+	"       unchecked = unchecked OPERATOR(pg_catalog.+) $8," \
+	"       settlements = settlements OPERATOR(pg_catalog.+) $9"
+#define RP_PASS_ARGS_14 \
+	11, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID, INT8OID, INT8OID, \
+	INT8OID, INT8OID, INT4OID, INT4OID}
+
 static RpPlan pass_status_14 = {
-	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1",
-	5, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID}
+	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1,"
+	RP_PASS_COUNTERS ", last_pass_mismatches = $10, last_pass_unchecked = $11",
+	RP_PASS_ARGS_14
+};
+
+static RpPlan pass_counts_14 = {
+	"UPDATE redpacket.reconciler SET"
+	RP_PASS_COUNTERS,
+	RP_PASS_ARGS_14
+};
+
+static RpPlan any_problems = {
+	"SELECT EXISTS (SELECT FROM redpacket.reconcile_problem)", 0, {InvalidOid}
 };
 
 /*
@@ -255,6 +282,9 @@ static RpPlan pass_status_14 = {
 #define RP_PASS_BATCH_MAX 256
 #define RP_PASS_BATCH_MS 100
 
+/* Activities whose failed check a pass names (rp_reconcile_strict's message). */
+#define RP_PASS_FAILED_MAX 100
+
 /* A pass over a list of activities. */
 struct RpPass
 {
@@ -263,8 +293,15 @@ struct RpPass
 	bool		one;			/* an explicit check of one named activity */
 	bool		repair;			/* an explicit full check of one activity */
 	int			kept_locks;		/* stripe locks this pass keeps until the transaction ends */
-	int			checked;
-	int			failures;
+	int			checked;		/* activities looked at */
+	int			failures;		/* ... not ok: mismatches + unchecked */
+	int			mismatches;		/* ... checked and wrong */
+	int			unchecked;		/* ... could not be checked (error, incomplete) */
+	int			told_unchecked; /* ... of which told people (incomplete: once per change) */
+	int			settlements;
+	bool		problems;		/* reconcile_problem may have rows */
+	int64		failed_ids[RP_PASS_FAILED_MAX]; /* the first mismatches and unchecked */
+	int			nfailed;
 	Tuplestorestate *out;
 	TupleDesc	outdesc;
 	TimestampTz started;
@@ -466,13 +503,36 @@ RecordErrorStep(void *arg)
  * What a unit found, for people and for the pass: alerts (the freezes are
  * done), the result rows, the counts.
  */
+/* What a unit has to tell people, told in a subtransaction of its own. */
+typedef struct RpTell
+{
+	RpCheck   **incomplete;
+	int			nincomplete;
+	int64	   *complete;
+	int			ncomplete;
+	int			told;
+} RpTell;
+
+static void
+TellStep(void *arg)
+{
+	RpTell	   *t = arg;
+
+	t->told = RpAlertIncomplete(t->incomplete, t->nincomplete);
+	RpAlertComplete(t->complete, t->ncomplete);
+}
+
 static void
 UnitReport(RpUnit *u)
 {
 	RpPass	   *pass = u->pass;
 	int64	   *closed = palloc(sizeof(int64) * Max(u->n, 1));
 	int			nclosed = 0;
+	RpTell		tell = {0};
+	ErrorData  *err;
 
+	tell.incomplete = palloc(sizeof(RpCheck *) * Max(u->n, 1));
+	tell.complete = palloc(sizeof(int64) * Max(u->n, 1));
 	for (int i = 0; i < u->n; i++)
 	{
 		RpCheck    *c = &u->checks[i];
@@ -483,13 +543,30 @@ UnitReport(RpUnit *u)
 			continue;
 		}
 		pass->checked++;
+		if (c->settled)
+			pass->settlements++;
 		if (c->closed && c->recorded)
 			closed[nclosed++] = c->activity;
+		if (RpCheckMeasured(c))
+			tell.complete[tell.ncomplete++] = c->activity;
 		if (!c->ok)
 		{
 			pass->failures++;
-			if (!pass->verify)
+			if (pass->nfailed < RP_PASS_FAILED_MAX)
+				pass->failed_ids[pass->nfailed++] = c->activity;
+			if (RpCheckMeasured(c))
+				pass->mismatches++;
+			else
+				pass->unchecked++;
+			if (pass->verify)
+				;				/* a verification only returns its rows */
+			else if (c->failed[RP_PROBLEM_INCOMPLETE])
+				tell.incomplete[tell.nincomplete++] = c;
+			else
+			{
 				RpAlert(c);
+				pass->told_unchecked += !RpCheckMeasured(c);
+			}
 		}
 		if (pass->out)
 		{
@@ -498,6 +575,22 @@ UnitReport(RpUnit *u)
 			if (c->row != NULL)
 				tuplestore_puttuple(pass->out, c->row);
 		}
+	}
+	if (pass->verify)
+		return;
+	/* incomplete ones are told once per change; those seen whole again are cleared */
+	if (!pass->problems)
+		tell.ncomplete = 0;
+	if (tell.nincomplete > 0 || tell.ncomplete > 0)
+	{
+		err = InSubtransaction(TellStep, &tell);
+		if (err != NULL)
+			ereport(WARNING,
+					(errcode(err->sqlerrcode),
+					 errmsg("could not note the incomplete activities of a reconciliation pass: %s",
+							err->message)));
+		pass->told_unchecked += tell.told;
+		pass->problems = pass->problems || tell.told > 0;
 	}
 	/* a settled activity's counters leave shared memory */
 	RpStatsFold(closed, nclosed);
@@ -695,6 +788,17 @@ static RpPlan passes_so_far = {
 	"SELECT r.passes FROM redpacket.reconciler r", 0, {InvalidOid}
 };
 
+/* Has the reconciler told of problems it still sees (1.4)? */
+static bool
+AnyProblems(void)
+{
+	bool		isnull;
+
+	if (RpExec(&any_problems, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the reconciler's problems");
+	return DatumGetBool(RpGetDatum(0, 1, &isnull));
+}
+
 /* Passes over all recorded so far (1.4): picks a pass's slice. */
 static int64
 PassesSoFar(void)
@@ -731,6 +835,7 @@ RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_shar
 	(void) RangeVarGetRelid(makeRangeVar("redpacket", "activity", -1), AccessShareLock, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	v[4] = Int64GetDatum(version >= RP_CATALOG_1_4 ? PassesSoFar() : 0);
+	pass->problems = version >= RP_CATALOG_1_4 && AnyProblems();
 	v[0] = BoolGetDatum(full_all);
 	v[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	v[2] = TimestampTzGetDatum(full_before);
@@ -765,23 +870,41 @@ RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_shar
 	return count;
 }
 
-/* Overwrite the reconciler's status row (1.1) after a pass over all. */
-void
-RpPassRecord(const RpPass *pass)
+/*
+ * Record a pass in the reconciler's status row (1.1): after a pass over
+ * all, its start, end and findings; after the check of one activity (over
+ * false), only the counters (1.4).
+ */
+static void
+RecordPass(const RpPass *pass, bool over)
 {
 	TimestampTz finished = GetCurrentTimestamp();
-	Datum		v[5];
+	Datum		v[11];
+	int			version = RpCatalogVersion();
 
-	if (RpCatalogVersion() < RP_CATALOG_1_1)
+	if (version < RP_CATALOG_1_1 || (!over && version < RP_CATALOG_1_4))
 		return;
 	v[0] = TimestampTzGetDatum(pass->started);
 	v[1] = TimestampTzGetDatum(finished);
 	v[2] = NumericGetDatum(RpUnitsToAmount(finished - pass->started, 3));	/* us as ms */
 	v[3] = Int32GetDatum(pass->checked);
 	v[4] = Int32GetDatum(pass->failures);
-	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_4 ? &pass_status_14 : &pass_status_11,
+	v[5] = Int64GetDatum(pass->checked - pass->unchecked);
+	v[6] = Int64GetDatum(pass->mismatches);
+	v[7] = Int64GetDatum(pass->told_unchecked);
+	v[8] = Int64GetDatum(pass->settlements);
+	v[9] = Int32GetDatum(pass->mismatches);
+	v[10] = Int32GetDatum(pass->unchecked);
+	if (RpExec(version < RP_CATALOG_1_4 ? &pass_status_11 : over ? &pass_status_14 : &pass_counts_14,
 			   v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the reconciliation pass");
+}
+
+/* After a pass over all: its record in the reconciler's status row. */
+void
+RpPassRecord(const RpPass *pass)
+{
+	RecordPass(pass, true);
 }
 
 /* A pass, allocated in cxt; its list and counts live there too. */
@@ -845,53 +968,19 @@ RequireLockBudget(int64 activity)
 }
 
 /*
- * One pass in the caller's transaction (rp_reconcile): over one activity,
- * or all pending ones when activity is NULL.  Returns the number of
- * activities checked, or -1 when another pass holds the reconciliation lock
- * or a restore is running.  The stripe locks it keeps stay within
- * RP_PASS_LOCK_BUDGET; activities past it are left for the next pass.  Must
- * be called inside SPI_connect.
+ * The pass over all pending activities past after (0: all), in the caller's
+ * transaction, as far as RP_PASS_LOCK_BUDGET allows: returns how many of
+ * the listed activities it left for the next pass, and in *last the id of
+ * the last activity it reached.
  */
 static int
-ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *out,
-					  TupleDesc desc)
+PassInCallerXact(RpPass *pass, bool full_check, int64 after, int64 *last)
 {
-	RpPass	   *pass;
-	int			n;
+	int			n = RpPassList(pass, full_check, 0, (Datum) 0);
 
-	if (RpRestoring())
-	{
-		ereport(NOTICE,
-				(errmsg("redpacket reconciliation skipped: a restore is in progress"),
-				 errdetail("redpacket.restoring is on for this session or database."),
-				 errhint("Run the pass after redpacket.rp_post_restore().")));
-		return -1;
-	}
-	/* on a Citus cluster, refuse before any lock: see scaleout.c */
-	if (activity != NULL)
-		RpRequireLocalActivity(*activity);
-	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
-		return -1;
-
-	pass = RpPassCreate(CurrentMemoryContext);
-	pass->out = out;
-	pass->outdesc = desc;
-	if (kept_lxid != MyProc->lxid)
-	{
-		kept_lxid = MyProc->lxid;
-		kept_in_xact = 0;
-	}
-	if (activity != NULL)
-	{
-		RequireLockBudget(*activity);
-		pass->one = true;
-		pass->repair = full_check;
-		(void) CheckOne(pass, *activity, full_check, 0);
-		kept_in_xact += pass->kept_locks;
-		return pass->checked;
-	}
-
-	n = RpPassList(pass, full_check, 0, (Datum) 0);
+	while (pass->next < n && pass->ids[pass->next] <= after)
+		pass->next++;
+	*last = after;
 	while (pass->next < n || pass->nbusy > 0)
 	{
 		int			room = RP_PASS_LOCK_BUDGET - kept_in_xact;
@@ -913,18 +1002,126 @@ ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *o
 			if (kept_in_xact > 0 && pass->stripes[pass->next] > room)
 				break;
 			pass->next = CheckBatch(pass, pass->next, Max(room, pass->stripes[pass->next]));
+			*last = pass->ids[pass->next - 1];
 		}
 		kept_in_xact += pass->kept_locks;
 	}
-	if (pass->next < n || pass->nbusy > 0)
+	/* the busy ones left are below *last: the next call starts before them */
+	for (int i = 0; i < pass->nbusy; i++)
+		*last = Min(*last, pass->busy[i] - 1);
+	RpPassRecord(pass);
+	return n - pass->next + pass->nbusy;
+}
+
+/* Count this transaction's kept stripe locks from here (a new transaction: none). */
+static void
+KeptInThisXact(void)
+{
+	if (kept_lxid != MyProc->lxid)
+	{
+		kept_lxid = MyProc->lxid;
+		kept_in_xact = 0;
+	}
+}
+
+/*
+ * One pass in the caller's transaction (rp_reconcile): over one activity,
+ * or all pending ones when activity is NULL.  Returns the number of
+ * activities checked, or -1 when another pass holds the reconciliation lock
+ * or a restore is running.  The stripe locks it keeps stay within
+ * RP_PASS_LOCK_BUDGET; activities past it are left for the next pass.  Must
+ * be called inside SPI_connect.
+ */
+static int
+ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *out,
+					  TupleDesc desc)
+{
+	RpPass	   *pass;
+	int64		last;
+	int			left;
+
+	if (RpRestoring())
+	{
+		ereport(NOTICE,
+				(errmsg("redpacket reconciliation skipped: a restore is in progress"),
+				 errdetail("redpacket.restoring is on for this session or database."),
+				 errhint("Run the pass after redpacket.rp_post_restore().")));
+		return -1;
+	}
+	/* on a Citus cluster, refuse before any lock: see scaleout.c */
+	if (activity != NULL)
+		RpRequireLocalActivity(*activity);
+	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
+		return -1;
+
+	pass = RpPassCreate(CurrentMemoryContext);
+	pass->out = out;
+	pass->outdesc = desc;
+	KeptInThisXact();
+	if (activity != NULL)
+	{
+		RequireLockBudget(*activity);
+		pass->one = true;
+		pass->repair = full_check;
+		pass->problems = RpCatalogVersion() >= RP_CATALOG_1_4 && AnyProblems();
+		(void) CheckOne(pass, *activity, full_check, 0);
+		kept_in_xact += pass->kept_locks;
+		RecordPass(pass, false);
+		return pass->checked;
+	}
+
+	left = PassInCallerXact(pass, full_check, 0, &last);
+	if (left > 0)
 		ereport(NOTICE,
 				(errmsg("redpacket reconciliation checked %d activities and left %d for the next pass",
-						pass->checked, n - pass->next + pass->nbusy),
+						pass->checked, left),
 				 errdetail("A transaction keeps the stripe locks of the activities its passes settled or froze until it ends, and stops at %d of them.",
 						   RP_PASS_LOCK_BUDGET),
 				 errhint("Call redpacket.rp_reconcile() again, each call in its own transaction.")));
-	RpPassRecord(pass);
 	return pass->checked;
+}
+
+/* Take the reconciliation lock, waiting at most lock_wait_ms (in a subtransaction). */
+typedef struct RpLockWait
+{
+	int			ms;
+} RpLockWait;
+
+static void
+LockWaitStep(void *arg)
+{
+	RpLockWait *w = arg;
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("lock_timeout", psprintf("%d", Max(w->ms, 1)), PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
+	AtEOXact_GUC(true, level);
+}
+
+/*
+ * Wait for the reconciliation lock (another pass runs: the worker's, or a
+ * scheduler's), queued like any lock, so the worker gives way at the end of
+ * its step; fail with 55P03 when it is not granted within lock_wait_ms.
+ */
+static void
+WaitForPassLock(int lock_wait_ms)
+{
+	RpLockWait	w = {lock_wait_ms};
+	ErrorData  *err;
+
+	if (RpLock(RP_LOCK_RECONCILE, 0, 0, false))
+		return;
+	err = InSubtransaction(LockWaitStep, &w);
+	if (err == NULL)
+		return;
+	if (err->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("another redpacket reconciliation pass kept running for %d ms", lock_wait_ms),
+				 errdetail("This pass waited that long for the reconciliation lock, and checked nothing."),
+				 errhint("A long pass of the worker or of another scheduled job holds it; try again later, or wait longer.")));
+	ReThrowError(err);
 }
 
 static RpPlan database_restoring = {
@@ -1016,6 +1213,150 @@ rp_reconcile(PG_FUNCTION_ARGS)
 	else
 		(void) ReconcileInCallerXact(PG_ARGISNULL(0) ? NULL : &one, full_check,
 									 rsinfo->setResult, rsinfo->setDesc);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * One step of rp_reconcile_strict (the procedure commits between steps):
+ * wait at most lock_wait for the reconciliation lock, then run the pass
+ * over the pending activities past after_activity (NULL: from the first)
+ * in this transaction, as far as the lock budget allows.  Returns what it
+ * checked and found, the activities it named as failed, the last activity
+ * it reached, and how many it left for the next step.  Refuses a restore
+ * in progress (nothing can be checked) and, like rp_reconcile, a standby,
+ * a read-only transaction or a transaction snapshot.
+ */
+Datum
+rp_reconcile_step(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		v[6];
+	bool		n[6] = {false, false, false, false, false, false};
+	RpPass	   *pass;
+	Interval   *wait;
+	int64		wait_ms;
+	int64		last = 0;
+	int			left;
+	Datum	   *failed;
+
+	RpNoNull(PG_ARGISNULL(0), "full_check");
+	RpNoNull(PG_ARGISNULL(1), "lock_wait");
+	PreventCommandIfReadOnly("rp_reconcile_strict()");
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("rp_reconcile_strict must run in a READ COMMITTED transaction"),
+				 errdetail("The pass reads each activity with a fresh snapshot after it has locked the activity's stripes.")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "rp_reconcile_step must return a record");
+	wait = PG_GETARG_INTERVAL_P(1);
+	wait_ms = (wait->time + (int64) (wait->day + wait->month * 30) * USECS_PER_DAY) / 1000;
+	wait_ms = Min(Max(wait_ms, 0), INT_MAX);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (RpRestoring())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redpacket reconciliation cannot run: a restore is in progress"),
+				 errdetail("redpacket.restoring is on for this session or database."),
+				 errhint("Run the pass after redpacket.rp_post_restore().")));
+	WaitForPassLock((int) wait_ms);
+
+	pass = RpPassCreate(CurrentMemoryContext);
+	KeptInThisXact();
+	left = PassInCallerXact(pass, PG_GETARG_BOOL(0), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2),
+							&last);
+	SPI_finish();
+
+	failed = palloc(sizeof(Datum) * Max(pass->nfailed, 1));
+	for (int i = 0; i < pass->nfailed; i++)
+		failed[i] = Int64GetDatum(pass->failed_ids[i]);
+	v[0] = Int64GetDatum(pass->checked);
+	v[1] = Int64GetDatum(pass->mismatches);
+	v[2] = Int64GetDatum(pass->unchecked);
+	v[3] = PointerGetDatum(construct_array(failed, pass->nfailed, INT8OID, sizeof(int64), true,
+										   TYPALIGN_DOUBLE));
+	v[4] = Int64GetDatum(last);
+	v[5] = Int64GetDatum(left);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), v, n)));
+}
+
+/* Activities by id from $1 on, at most $2: the chunks a verification of all reads. */
+static RpPlan verify_chunk = {
+	"SELECT a.id, a.stripes, $3 FROM redpacket.activity a"
+	" WHERE a.id OPERATOR(pg_catalog.>) $1 ORDER BY a.id LIMIT $2",
+	3, {INT8OID, INT8OID, BOOLOID}
+};
+
+#define RP_VERIFY_CHUNK 4096
+
+/*
+ * rp_verify(activity, full_check): the checks of rp_reconcile, with the
+ * same result rows (pass_id NULL), writing nothing and taking no lock: it
+ * reads one snapshot of committed data (the caller's statement's), in
+ * which every activity's books are consistent, so it runs in a read-only
+ * transaction and on a standby.  Without an activity it checks every
+ * activity, in chunks of RP_VERIFY_CHUNK by id.
+ */
+Datum
+rp_verify(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RpPass	   *pass;
+	bool		full;
+
+	RpNoNull(PG_ARGISNULL(1), "full_check");
+	full = PG_GETARG_BOOL(1);
+	InitMaterializedSRF(fcinfo, 0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	pass = RpPassCreate(CurrentMemoryContext);
+	pass->verify = true;
+	pass->out = rsinfo->setResult;
+	pass->outdesc = rsinfo->setDesc;
+	if (!PG_ARGISNULL(0))
+	{
+		pass->one = true;
+		RpRequireLocalActivity(PG_GETARG_INT64(0));
+		(void) CheckOne(pass, PG_GETARG_INT64(0), full, 0);
+	}
+	else
+	{
+		int64		after = 0;
+
+		for (;;)
+		{
+			Datum		v[3] = {Int64GetDatum(after), Int64GetDatum(RP_VERIFY_CHUNK), BoolGetDatum(full)};
+			int			count;
+
+			if (RpExec(&verify_chunk, v, NULL, true, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not list activities to verify");
+			count = (int) SPI_processed;
+			if (count == 0)
+				break;
+			pass->ids = palloc(sizeof(int64) * count);
+			pass->stripes = palloc(sizeof(int) * count);
+			pass->full = palloc(sizeof(bool) * count);
+			for (int i = 0; i < count; i++)
+			{
+				bool		isnull;
+
+				pass->ids[i] = RpGetInt64(i, PENDING_ID, 0);
+				pass->stripes[i] = DatumGetInt32(RpGetDatum(i, PENDING_STRIPES, &isnull));
+				pass->full[i] = DatumGetBool(RpGetDatum(i, PENDING_FULL, &isnull));
+			}
+			pass->n = count;
+			pass->next = 0;
+			after = pass->ids[count - 1];
+			while (pass->next < pass->n)
+			{
+				CHECK_FOR_INTERRUPTS();
+				pass->next = CheckBatch(pass, pass->next, RP_PASS_LOCK_BUDGET);
+			}
+		}
+	}
 	SPI_finish();
 	return (Datum) 0;
 }

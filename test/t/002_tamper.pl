@@ -226,6 +226,8 @@ like($first_alert->[2], qr/"expected":95\.00,"actual":94\.95,"drift":-0\.05,/,
 	'alert payload carries expected, actual and drift');
 like($first_alert->[2], qr/"frozen":true,"problems":\["money"\],/,
 	'alert payload says what failed and that the activity is frozen');
+like($first_alert->[2], qr/"kind":"mismatch",/,
+	'alert payload says the books are wrong (not: could not check)');
 like($first_alert->[2], qr/"checks":\{"money":\{"expected":95\.00,"actual":94\.95\}\}/,
 	'alert payload gives expected and actual of each failed check');
 ok( $first_alert->[0]{pass_id} && $first_alert->[0]{checked_at},

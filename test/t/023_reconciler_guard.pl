@@ -5,8 +5,10 @@
 # TEMPLATE (which PostgreSQL 15 does not signal to background workers); and
 # with redpacket.max_workers = 1, a claim transaction left open in one
 # database costs its activity one check (an 'error' after the reconciler's
-# 5 s lock timeout), not the reconciling of every other database; tables
-# locked longer than that timeout cost a pass, logged, not the worker.
+# 5 s lock timeout, which is not a failed check: activity_status and the
+# reconciler's counters tell it apart from a mismatch), not the reconciling
+# of every other database; tables locked longer than that timeout cost a
+# pass, logged, not the worker.
 use strict;
 use warnings;
 
@@ -109,12 +111,27 @@ ok( within('a', qq{SELECT count(*) > 0 FROM redpacket.reconciliation
 	"the lock timeout is recorded as an 'error' check of a's activity");
 is($node->safe_psql('a', "SELECT frozen_at IS NULL FROM redpacket.activity WHERE id = $held_act"),
 	't', 'the lock timeout does not freeze the activity');
+# a check that could not run is not a failed one: nothing says the books
+# are wrong, everything says it could not check
+is( $node->safe_psql(
+		'a', qq{
+SELECT last_reconcile_ok IS DISTINCT FROM false, unchecked_since IS NOT NULL,
+       last_check_error LIKE '%lock timeout%'
+  FROM redpacket.activity_status WHERE id = $held_act}),
+	't|t|t',
+	'activity_status: no check says the books are wrong; unchecked since the timeout, and why');
+is( $node->safe_psql(
+		'a', 'SELECT mismatches, unchecked > 0, failing FROM redpacket.reconciler_status'),
+	'0|t|0', 'reconciler_status: no mismatch, no activity failing, the unchecked counted apart');
 ok($node->log_contains(qr/canceling statement due to lock timeout/), 'the log says why');
 $held->query_safe('COMMIT');
 $held->quit;
 ok(within('a', qq{SELECT count(*) > 0 FROM redpacket.reconciliation
  WHERE activity_id = $held_act AND ok AND expected_claims = 2}, 40),
 	"once the claim commits, a's activity is checked ok");
+is( $node->safe_psql(
+		'a', "SELECT last_reconcile_ok, unchecked_since IS NULL FROM redpacket.activity_status WHERE id = $held_act"),
+	't|t', 'and it is not unchecked any more');
 
 # --- tables locked longer than the lock timeout: the pass is skipped --------
 
