@@ -12,28 +12,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RedpacketTest;
 
-my $coord = PostgreSQL::Test::Cluster->new('coord');
-my $libdir = $coord->config_data('--pkglibdir');
-plan skip_all => "Citus is not installed in $libdir (run test/citus/build.sh)"
-  unless -f "$libdir/citus.so";
-
-my @workers = map { PostgreSQL::Test::Cluster->new("worker$_") } (1, 2);
+my ($coord, @workers) = RedpacketTest::citus_nodes();
 my @nodes = ($coord, @workers);
-for my $n (@nodes)
-{
-	$n->init;
-	$n->append_conf(
-		'postgresql.conf', q{
-shared_preload_libraries = 'citus,redpacket'
-listen_addresses = '127.0.0.1'
-redpacket.reconcile_interval = 1
-max_connections = 60
-citus.node_conninfo = 'sslmode=disable'
-});
-	$n->start;
-	$n->safe_psql('postgres', 'CREATE EXTENSION citus; CREATE EXTENSION redpacket;');
-}
 my $cport = $coord->port;
 
 sub q_coord { return $coord->safe_psql('postgres', $_[0]); }
@@ -153,28 +135,8 @@ for my $w (@workers)
 }
 
 # Activities, until each worker holds at least one of each kind we need.
-my %port_of = map { $_->port => $_ } @workers;
-sub holder
-{
-	my ($aid) = @_;
-	return q_coord(
-		    "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)"
-		  . " WHERE p.shardid = get_shard_id_for_distribution_column('redpacket.activity', $aid)");
-}
-sub two_placed
-{
-	my ($create) = @_;
-	my %got;
-	for (1 .. 40)
-	{
-		my $aid = q_coord("SELECT $create");
-		my $port = holder($aid);
-		$got{$port} //= $aid;
-		last if keys %got == 2;
-	}
-	die "could not place activities on both workers" unless keys %got == 2;
-	return map { $got{ $_->port } } @workers;
-}
+sub holder { return RedpacketTest::citus_holder($coord, $_[0]); }
+sub two_placed { return RedpacketTest::citus_placed($coord, \@workers, $_[0]); }
 my @fixed = two_placed('redpacket.rp_create_activity(7.00, stripes => 2)');
 my @lucky = two_placed('redpacket.rp_create_activity(50.00, 10, stripes => 4)');
 my ($rain) = two_placed(
