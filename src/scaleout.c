@@ -387,10 +387,14 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 		return false;
 	if (lock)
 	{
-		/* Citus locks first, then reads the placement: do the same. */
+		/*
+		 * Citus locks first, then reads the placement: do the same, with a
+		 * snapshot taken after the lock (a move that committed while we
+		 * waited for it must be seen).
+		 */
 		LockShardMetadata(out->stripe_shard);
 		LockShardMetadata(out->claim_shard);
-		if (RpExec(&shards_of, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		if (RpExec(&shards_of, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not find the shards of activity " INT64_FORMAT, activity);
 		if (!DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
 			return false;
@@ -426,10 +430,17 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 	if (!FindLocalShards(act->id, true, &shards))
 		return false;
 
+	/*
+	 * Not read-only: a snapshot taken now, under the user's lock, sees every
+	 * committed claim of the user.  The statement's own snapshot was taken
+	 * before the lock, so a claim committed while we waited for it was
+	 * missed: the insert then failed on the unique key (23505), and under a
+	 * per-user limit the user got one claim too many.
+	 */
 	args[0] = Int64GetDatum(act->id);
 	args[1] = PointerGetDatum(fast->user_id);
 	args[2] = PointerGetDatum(fast->key);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, true, 1);
+	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, false, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not look up the claims of the user");
 	if ((DatumGetBool(RpGetDatum(0, 2, &isnull)) && !isnull) ||
