@@ -196,7 +196,7 @@ RpActivityMeta(int64 id, RpActivity *act)
 
 	if (!meta_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(MetaInvalidate, (Datum) 0);
+		RpOnRelcacheInvalidation(MetaInvalidate);
 		meta_callback_registered = true;
 	}
 	if (meta_cache != NULL && (meta_stale || hash_get_num_entries(meta_cache) >= RP_META_CACHE_MAX))

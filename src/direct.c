@@ -333,7 +333,7 @@ DirectCacheReady(void)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(DirectInvalidate, (Datum) 0);
+		RpOnRelcacheInvalidation(DirectInvalidate);
 		callback_registered = true;
 	}
 	if (cache.valid)

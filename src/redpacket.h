@@ -10,6 +10,7 @@
 #include "fmgr.h"
 #include "executor/spi.h"
 #include "storage/lock.h"
+#include "utils/inval.h"
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -110,6 +111,9 @@ extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *null
 					 bool read_only, long count);
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
+
+/* base.c: the library's one relcache invalidation callback, shared by its caches */
+extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
 
 /* base.c: what the installed catalog is, and whether a restore is running */
 #define RP_CATALOG_1_0 100

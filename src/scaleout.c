@@ -128,7 +128,7 @@ DistState(void)
 
 	if (!dist_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(DistInvalidate, (Datum) 0);
+		RpOnRelcacheInvalidation(DistInvalidate);
 		dist_callback_registered = true;
 	}
 	if (dist_state != RP_DIST_UNKNOWN)
