@@ -1,8 +1,8 @@
 /*
  * direct.c
  *		The fast path of rp_claim written against the executor's
- *		simple-relation interfaces instead of SPI, for a single node (the
- *		tables are not Citus-distributed).  It does what the fast path's one
+ *		simple-relation interfaces instead of SPI, on the tables of this node.
+ *		It does what the fast path's one
  *		SQL statement (stripe.c, take_and_claim) does, in the same order and
  *		with the same visibility: after the user's and the stripe's locks, a
  *		fresh snapshot; the duplicate probe on the claim's unique key; the
@@ -15,10 +15,17 @@
  *		and executor start-up, which the profile shows are most of the SPI
  *		path's cost.
  *
+ *		On a Citus node that holds the activity it writes the activity's
+ *		shard tables (scaleout.c names them, having taken Citus's shard
+ *		metadata locks): the same checks, cached per pair of shards, and
+ *		claim_id from redpacket.claim_id_seq, which is what the distributed
+ *		table's default draws (a shard has no column default).
+ *
  *		It is not used, and the SPI path runs instead, when
  *		redpacket.direct_claims is off, the transaction is read-only (the SQL
- *		raises the error), the tables are distributed, the
- *		activity allows more than one claim per user, or either table is not
+ *		raises the error), the tables are distributed and this node does not
+ *		hold the activity's shards, the activity allows more than one claim
+ *		per user, or either table is not
  *		the plain table the SQL statement would write the same way: user
  *		triggers on INSERT into claim or UPDATE of stripe (the README tells
  *		users to add an AFTER INSERT trigger for wallet credits), rules,
@@ -26,9 +33,10 @@
  *		extra columns, a column typmod, or a changed claim_id default; nor
  *		when an auditing or access-control module hooks the executor's
  *		permission checks (ExecutorCheckPerms_hook), or the tables changed
- *		while the call waited for their locks.  The relation and index OIDs and the column numbers
- *		are found by name once and kept until a relcache invalidation of any
- *		of them (ALTER, CREATE INDEX, DROP/CREATE EXTENSION).
+ *		while the call waited for their locks.  The relation and index OIDs
+ *		and the column numbers are found once and kept until a relcache
+ *		invalidation of any of them (ALTER, CREATE INDEX, DROP/CREATE
+ *		EXTENSION, a shard move).
  */
 #include "postgres.h"
 
@@ -52,8 +60,10 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -106,12 +116,41 @@ static DirectCache cache;
 static uint64 cache_invals = 0;
 static bool callback_registered = false;
 
+/* The shard tables of a Citus node: one entry per claim shard. */
+typedef struct DirectShards
+{
+	Oid			claim;			/* hash key: the claim shard */
+	Oid			stripe;			/* the stripe shard and the sequence asked for */
+	Oid			seq;
+	DirectCache c;
+} DirectShards;
+
+#define RP_DIRECT_SHARDS_MAX 256	/* entries kept; then the cache starts over */
+
+static HTAB *shard_cache = NULL;
+
+static bool
+CacheStale(const DirectCache *c, Oid relid)
+{
+	return relid == InvalidOid || relid == c->claim || relid == c->claim_key ||
+		relid == c->claim_seq || relid == c->stripe || relid == c->stripe_key;
+}
+
 static void
 DirectInvalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == cache.claim || relid == cache.claim_key ||
-		relid == cache.claim_seq || relid == cache.stripe || relid == cache.stripe_key)
+	if (CacheStale(&cache, relid))
 		cache.valid = false;
+	if (shard_cache != NULL)
+	{
+		HASH_SEQ_STATUS scan;
+		DirectShards *e;
+
+		hash_seq_init(&scan, shard_cache);
+		while ((e = hash_seq_search(&scan)) != NULL)
+			if (CacheStale(&e->c, relid))
+				e->c.valid = false;
+	}
 	cache_invals++;
 }
 
@@ -285,11 +324,13 @@ EvaluatesExpressions(Relation rel)
 	return found;
 }
 
-/* Look the tables up by name and check their shape. */
+/*
+ * Check the shape of the tables claim_rel and stripe_rel.  claim_seq is the
+ * sequence of claim ids, or InvalidOid for claim_id's column default.
+ */
 static bool
-DirectCacheBuild(DirectCache *c)
+DirectCacheBuild(DirectCache *c, Oid claim_rel, Oid stripe_rel, Oid claim_seq)
 {
-	Oid			nsp = get_namespace_oid("redpacket", true);
 	Relation	claim;
 	Relation	stripe;
 	AttrNumber	keys[3];
@@ -297,19 +338,26 @@ DirectCacheBuild(DirectCache *c)
 	Oid			pktypes[2] = {INT8OID, INT4OID};
 
 	memset(c, 0, sizeof(*c));
-	c->claim = OidIsValid(nsp) ? get_relname_relid("claim", nsp) : InvalidOid;
-	c->stripe = OidIsValid(nsp) ? get_relname_relid("stripe", nsp) : InvalidOid;
+	c->claim = claim_rel;
+	c->stripe = stripe_rel;
 	if (!OidIsValid(c->claim) || !OidIsValid(c->stripe))
 		return false;
 
-	claim = table_open(c->claim, AccessShareLock);
-	stripe = table_open(c->stripe, AccessShareLock);
+	claim = try_table_open(c->claim, AccessShareLock);
+	stripe = claim ? try_table_open(c->stripe, AccessShareLock) : NULL;
+	if (stripe == NULL)
+	{
+		if (claim)
+			table_close(claim, AccessShareLock);
+		return false;			/* a shard dropped since it was named */
+	}
 	if (claim->rd_rel->relkind == RELKIND_RELATION &&
 		stripe->rd_rel->relkind == RELKIND_RELATION &&
 		FindColumns(claim, claim_cols, claim_types, C_NCOLS, c->c) &&
 		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, c->s))
 	{
-		c->claim_seq = DefaultSequence(claim, c->c[C_CLAIM_ID]);
+		c->claim_seq = OidIsValid(claim_seq) ? claim_seq
+			: DefaultSequence(claim, c->c[C_CLAIM_ID]);
 		keys[0] = c->c[C_ACTIVITY];
 		keys[1] = c->c[C_USER];
 		keys[2] = c->c[C_KEY];
@@ -324,28 +372,81 @@ DirectCacheBuild(DirectCache *c)
 	return OidIsValid(c->claim_seq) && OidIsValid(c->claim_key) && OidIsValid(c->stripe_key);
 }
 
-/* True when the cached shape is known and fit for the direct path. */
-static bool
-DirectCacheReady(void)
+static void
+RegisterCallback(void)
 {
-	uint64		invals;
-	DirectCache built;
-
 	if (!callback_registered)
 	{
 		RpOnRelcacheInvalidation(DirectInvalidate);
 		callback_registered = true;
 	}
-	if (cache.valid)
-		return cache.usable;
+}
+
+/* Build *c for the tables; true when fit and not invalidated meanwhile. */
+static bool
+DirectCacheFill(DirectCache *c, Oid claim_rel, Oid stripe_rel, Oid claim_seq)
+{
+	uint64		invals;
+	DirectCache built;
 
 	/* an invalidation while building means the result may be stale already */
 	RpPinSearchPath();			/* the relcache may plan index expressions */
 	invals = cache_invals;
-	built.usable = DirectCacheBuild(&built);
+	built.usable = DirectCacheBuild(&built, claim_rel, stripe_rel, claim_seq);
 	built.valid = (invals == cache_invals);
-	cache = built;
-	return cache.usable && built.valid;
+	*c = built;
+	return c->usable && built.valid;
+}
+
+/* True when the cached shape of the local tables is known and fit. */
+static bool
+DirectCacheReady(void)
+{
+	Oid			nsp;
+
+	RegisterCallback();
+	if (cache.valid)
+		return cache.usable;
+	nsp = get_namespace_oid("redpacket", true);
+	return DirectCacheFill(&cache,
+						   OidIsValid(nsp) ? get_relname_relid("claim", nsp) : InvalidOid,
+						   OidIsValid(nsp) ? get_relname_relid("stripe", nsp) : InvalidOid,
+						   InvalidOid);
+}
+
+/* The cached shape of a pair of shard tables, or NULL when not fit. */
+static DirectCache *
+ShardCacheReady(Oid claim_rel, Oid stripe_rel, Oid claim_seq)
+{
+	DirectShards *e;
+	bool		found;
+
+	RegisterCallback();
+	if (shard_cache != NULL && hash_get_num_entries(shard_cache) >= RP_DIRECT_SHARDS_MAX &&
+		hash_search(shard_cache, &claim_rel, HASH_FIND, NULL) == NULL)
+	{
+		hash_destroy(shard_cache);
+		shard_cache = NULL;
+	}
+	if (shard_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(DirectShards);
+		ctl.hcxt = TopMemoryContext;
+		shard_cache = hash_create("redpacket direct shards", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(shard_cache, &claim_rel, HASH_ENTER, &found);
+	if (!found || !e->c.valid || e->stripe != stripe_rel || e->seq != claim_seq)
+	{
+		e->stripe = stripe_rel;
+		e->seq = claim_seq;
+		if (!DirectCacheFill(&e->c, claim_rel, stripe_rel, claim_seq))
+			return NULL;
+	}
+	return e->c.usable ? &e->c : NULL;
 }
 
 /*
@@ -406,7 +507,7 @@ Permitted(Relation claim, Relation stripe)
 
 /* One table written by the direct path, with its indexes open. */
 static ResultRelInfo *
-OpenTarget(Oid relid)
+OpenTarget(const DirectCache *c, Oid relid)
 {
 	Relation	rel = try_relation_open(relid, RowExclusiveLock);
 	ResultRelInfo *rri;
@@ -421,7 +522,7 @@ OpenTarget(Oid relid)
 	 * its own, or one created while we waited for the lock, which leaves
 	 * the cache invalid): pin the path first, as the cache build does.
 	 */
-	if (cache.evaluates || !cache.valid)
+	if (c->evaluates || !c->valid)
 		RpPinSearchPath();
 	ExecOpenIndices(rri, false);
 	return rri;
@@ -457,24 +558,24 @@ FetchByKey(Relation rel, Oid index, Snapshot snap, ScanKey keys, int nkeys,
 
 /* Can the stripe row in slot pay units for one more packet? */
 static bool
-StripeCanPay(TupleTableSlot *slot, int64 units)
+StripeCanPay(const DirectCache *c, TupleTableSlot *slot, int64 units)
 {
 	bool		isnull;
 	Datum		d;
 
-	d = slot_getattr(slot, cache.s[S_HALTED], &isnull);
+	d = slot_getattr(slot, c->s[S_HALTED], &isnull);
 	if (isnull || DatumGetBool(d))
 		return false;
-	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
+	d = slot_getattr(slot, c->s[S_BALANCE], &isnull);
 	if (isnull || DatumGetInt64(d) < units)
 		return false;
-	d = slot_getattr(slot, cache.s[S_PACKETS], &isnull);
+	d = slot_getattr(slot, c->s[S_PACKETS], &isnull);
 	return isnull || DatumGetInt32(d) > 0;
 }
 
 /* The row of old with units, one packet and one more claim taken. */
 static void
-StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
+StripeDebited(const DirectCache *c, TupleTableSlot *old, TupleTableSlot *new, int64 units)
 {
 	int64		claims;
 
@@ -482,16 +583,16 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
 	memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
-	new->tts_values[cache.s[S_BALANCE] - 1] =
-		Int64GetDatum(DatumGetInt64(old->tts_values[cache.s[S_BALANCE] - 1]) - units);
-	if (!old->tts_isnull[cache.s[S_PACKETS] - 1])
-		new->tts_values[cache.s[S_PACKETS] - 1] =
-			Int32GetDatum(DatumGetInt32(old->tts_values[cache.s[S_PACKETS] - 1]) - 1);
-	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[cache.s[S_CLAIMS] - 1]), 1, &claims))
+	new->tts_values[c->s[S_BALANCE] - 1] =
+		Int64GetDatum(DatumGetInt64(old->tts_values[c->s[S_BALANCE] - 1]) - units);
+	if (!old->tts_isnull[c->s[S_PACKETS] - 1])
+		new->tts_values[c->s[S_PACKETS] - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[c->s[S_PACKETS] - 1]) - 1);
+	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[c->s[S_CLAIMS] - 1]), 1, &claims))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("bigint out of range")));
-	new->tts_values[cache.s[S_CLAIMS] - 1] = Int64GetDatum(claims);
+	new->tts_values[c->s[S_CLAIMS] - 1] = Int64GetDatum(claims);
 	ExecStoreVirtualTuple(new);
 }
 
@@ -503,7 +604,8 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
  * written nothing, when the stripe cannot pay or is gone.
  */
 static bool
-DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int64 units)
+DebitStripe(const DirectCache *c, ResultRelInfo *rri, EState *estate, int64 activity,
+			int stripe, int64 units)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
@@ -515,7 +617,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
-	if (!FetchByKey(rel, cache.stripe_key, estate->es_snapshot, keys, 2, old))
+	if (!FetchByKey(rel, c->stripe_key, estate->es_snapshot, keys, 2, old))
 		return false;
 
 	for (;;)
@@ -524,9 +626,9 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 		ItemPointerData tid = old->tts_tid;
 		bool		isnull;
 
-		if (!StripeCanPay(old, units))
+		if (!StripeCanPay(c, old, units))
 			return false;
-		StripeDebited(old, new, units);
+		StripeDebited(c, old, new, units);
 		if (RelationGetDescr(rel)->constr)
 			ExecConstraints(rri, new, estate);
 		r = table_tuple_update(rel, &tid, new, estate->es_output_cid,
@@ -557,8 +659,8 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 			return false;
 		if (r != TM_Ok)
 			elog(ERROR, "unexpected result %d locking stripe %d", (int) r, stripe);
-		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != activity ||
-			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
+		if (DatumGetInt64(slot_getattr(old, c->s[S_ACTIVITY], &isnull)) != activity ||
+			DatumGetInt32(slot_getattr(old, c->s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
 	if (update_indexes && rri->ri_NumIndices > 0)
@@ -568,8 +670,8 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 
 /* Is there a claim under the claim's key visible to the snapshot? */
 static bool
-ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fast,
-			TupleTableSlot *slot)
+ClaimExists(const DirectCache *c, Relation rel, Snapshot snap, int64 activity,
+			const RpFastClaim *fast, TupleTableSlot *slot)
 {
 	ScanKeyData keys[3];
 
@@ -577,34 +679,34 @@ ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fast
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->user_id));
 	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->key));
 	for (int k = 0; k < 3; k++)
-		keys[k].sk_collation = cache.key_coll[k];
-	return FetchByKey(rel, cache.claim_key, snap, keys, 3, slot);
+		keys[k].sk_collation = c->key_coll[k];
+	return FetchByKey(rel, c->claim_key, snap, keys, 3, slot);
 }
 
 /* INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()) */
 static void
-InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 activity,
-			int stripe, RpFastClaim *fast)
+InsertClaim(const DirectCache *c, ResultRelInfo *rri, EState *estate, TupleTableSlot *slot,
+			int64 activity, int stripe, RpFastClaim *fast)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	int			natts = RelationGetDescr(rel)->natts;
 
-	fast->claim_id = nextval_internal(cache.claim_seq, true);
+	fast->claim_id = nextval_internal(c->claim_seq, true);
 	fast->claimed_at = GetCurrentTransactionStartTimestamp();
 
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, sizeof(bool) * natts);
-	slot->tts_values[cache.c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
-	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fast->claim_id);
-	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fast->user_id);
-	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fast->request_id);
-	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fast->key);
-	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fast->amount);
-	slot->tts_values[cache.c[C_STRIPE] - 1] = Int32GetDatum(stripe);
-	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fast->claimed_at);
+	slot->tts_values[c->c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
+	slot->tts_values[c->c[C_CLAIM_ID] - 1] = Int64GetDatum(fast->claim_id);
+	slot->tts_values[c->c[C_USER] - 1] = PointerGetDatum(fast->user_id);
+	slot->tts_values[c->c[C_REQUEST] - 1] = PointerGetDatum(fast->request_id);
+	slot->tts_values[c->c[C_KEY] - 1] = PointerGetDatum(fast->key);
+	slot->tts_values[c->c[C_AMOUNT] - 1] = NumericGetDatum(fast->amount);
+	slot->tts_values[c->c[C_STRIPE] - 1] = Int32GetDatum(stripe);
+	slot->tts_values[c->c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fast->claimed_at);
 	for (int i = 0; i < C_NCOLS; i++)
-		slot->tts_isnull[cache.c[i] - 1] = false;
-	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fast->request_id == NULL);
+		slot->tts_isnull[c->c[i] - 1] = false;
+	slot->tts_isnull[c->c[C_REQUEST] - 1] = (fast->request_id == NULL);
 	ExecStoreVirtualTuple(slot);
 
 	if (RelationGetDescr(rel)->constr)
@@ -616,29 +718,35 @@ InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 acti
 
 /* The checks, the decrement and the insert, with the tables open. */
 static RpDirectResult
-DirectWrite(EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
+DirectWrite(const DirectCache *c, EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
 			const RpActivity *act, int stripe_no, int64 units, RpFastClaim *fast)
 {
 	TupleTableSlot *cslot = table_slot_create(claim->ri_RelationDesc, &estate->es_tupleTable);
 
-	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fast, cslot))
+	if (ClaimExists(c, claim->ri_RelationDesc, estate->es_snapshot, act->id, fast, cslot))
 		return RP_DIRECT_DIVERT;
 	CheckCmdReplicaIdentity(stripe->ri_RelationDesc, CMD_UPDATE);
-	if (!DebitStripe(stripe, estate, act->id, stripe_no, units))
+	if (!DebitStripe(c, stripe, estate, act->id, stripe_no, units))
 		return RP_DIRECT_DIVERT;
-	InsertClaim(claim, estate, cslot, act->id, stripe_no, fast);
+	InsertClaim(c, claim, estate, cslot, act->id, stripe_no, fast);
 	return RP_DIRECT_TOOK;
 }
 
-/*
- * The fast path's one attempt on a stripe whose lock the caller holds,
- * with the user's lock held and under READ COMMITTED: RP_DIRECT_TOOK (the
- * stripe paid and the claim is inserted, fast->claim_id and claimed_at
- * set), RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
- * RP_DIRECT_UNUSED (the direct path does not apply: run the SQL).
- */
-RpDirectResult
-RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+/* Whether the direct path may write the activity's claim at all. */
+static bool
+DirectApplies(const RpActivity *act)
+{
+	/* a read-only transaction (or a standby): the SQL raises 25006 */
+	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly || IsInParallelMode())
+		return false;
+	/* an auditing or access-control module checks what the executor writes */
+	return ExecutorCheckPerms_hook == NULL;
+}
+
+/* The attempt on the tables of c. */
+static RpDirectResult
+DirectTake(const DirectCache *c, const RpActivity *act, int stripe, int64 units,
+		   RpFastClaim *fast)
 {
 	EState	   *estate;
 	MemoryContext old;
@@ -646,31 +754,17 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	ResultRelInfo *stripes;
 	RpDirectResult result = RP_DIRECT_UNUSED;
 
-	/* a read-only transaction (or a standby): the SQL raises 25006 */
-	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly ||
-		IsInParallelMode() || RpDistributed())
-		return RP_DIRECT_UNUSED;
-	/* an auditing or access-control module checks what the executor writes */
-	if (ExecutorCheckPerms_hook != NULL)
-		return RP_DIRECT_UNUSED;
-	if (!DirectCacheReady())
-	{
-		ereport(DEBUG1,
-				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
-		return RP_DIRECT_UNUSED;
-	}
-
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	claim = OpenTarget(cache.claim);
-	stripes = claim ? OpenTarget(cache.stripe) : NULL;
+	claim = OpenTarget(c, c->claim);
+	stripes = claim ? OpenTarget(c, c->stripe) : NULL;
 
 	/*
 	 * Taking the tables' locks may have waited for an ALTER and processed
 	 * its invalidation: what was cached before may be stale.  The SQL path
 	 * serves this call; the next one rebuilds the cache.
 	 */
-	if (claim && stripes && cache.valid &&
+	if (claim && stripes && c->valid &&
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
@@ -682,7 +776,7 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		estate->es_snapshot = GetActiveSnapshot();
 		estate->es_output_cid = GetCurrentCommandId(true);
-		result = DirectWrite(estate, claim, stripes, act, stripe, units, fast);
+		result = DirectWrite(c, estate, claim, stripes, act, stripe, units, fast);
 		PopActiveSnapshot();
 		if (result == RP_DIRECT_TOOK)
 			ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path")));
@@ -696,4 +790,38 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	MemoryContextSwitchTo(old);
 	FreeExecutorState(estate);
 	return result;
+}
+
+/*
+ * The fast path's one attempt on a stripe whose lock the caller holds,
+ * with the user's lock held and under READ COMMITTED: RP_DIRECT_TOOK (the
+ * stripe paid and the claim is inserted, fast->claim_id and claimed_at
+ * set), RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
+ * RP_DIRECT_UNUSED (the direct path does not apply: run the SQL).  On a
+ * Citus cluster it writes the activity's shard tables, when this node
+ * holds them (scaleout.c); else the SQL path's node guard refuses.
+ */
+RpDirectResult
+RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+{
+	const DirectCache *c;
+	Oid			claim_rel;
+	Oid			stripe_rel;
+	Oid			claim_seq;
+
+	if (!DirectApplies(act))
+		return RP_DIRECT_UNUSED;
+	if (!RpDistributed())
+		c = DirectCacheReady() ? &cache : NULL;
+	else if (RpShardTables(act->id, &claim_rel, &stripe_rel, &claim_seq))
+		c = ShardCacheReady(claim_rel, stripe_rel, claim_seq);
+	else
+		return RP_DIRECT_UNUSED;
+	if (c == NULL)
+	{
+		ereport(DEBUG1,
+				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
+		return RP_DIRECT_UNUSED;
+	}
+	return DirectTake(c, act, stripe, units, fast);
 }

@@ -243,7 +243,7 @@ extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 extern int64 RpDrawUnits(int64 balance, int64 packets);
 
-/* direct.c: the fast path through the executor, on a single node */
+/* direct.c: the fast path through the executor, on a node's own tables */
 typedef enum RpDirectResult
 {
 	RP_DIRECT_TOOK,				/* paid and claimed */
@@ -323,6 +323,7 @@ extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
+extern bool RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq);
 extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
 							 RpFastClaim *fast);
 extern int	RpShardInsertClaims(int64 activity, Datum *values);

@@ -15,9 +15,10 @@
  *		undistribute_table() both send.  On a distributed cluster the
  *		activities this node holds are cached per backend.
  *
- *		Also here: the claim path's hot statements on the local shard tables
- *		(RpShardFastClaim, RpShardInsertClaims), and the cluster-wide
- *		rp_reconcile() (RpReconcileCluster).
+ *		Also here: the local shard tables of an activity, which the fast
+ *		claim writes (direct.c through RpShardTables, else RpShardFastClaim's
+ *		statements) and a batch inserts into (RpShardInsertClaims), and the
+ *		cluster-wide rp_reconcile() (RpReconcileCluster).
  */
 #include "postgres.h"
 
@@ -83,6 +84,7 @@ typedef struct RpLocalShards
 	uint64		claim_shard;
 	Oid			stripe_rel;
 	Oid			claim_rel;
+	Oid			claim_seq;		/* redpacket.claim_id_seq */
 } RpLocalShards;
 
 #define RP_LOCAL_SHARDS_MAX 4096	/* entries kept; then the cache starts over */
@@ -92,7 +94,7 @@ static HTAB *local_shards = NULL;
 /*
  * The activity's shard ids, and the shard tables when this node holds
  * them (placement in this node's group; a table left behind by a move is
- * not enough).
+ * not enough); the sequence of claim ids, by the name the SQL uses.
  */
 static RpPlan shards_of = {
 	"SELECT x.st, x.cl, (SELECT p.groupid OPERATOR(pg_catalog.=) g.groupid"
@@ -100,7 +102,8 @@ static RpPlan shards_of = {
 	"                     WHERE p.shardid OPERATOR(pg_catalog.=) x.cl"
 	"                     ORDER BY 1 DESC LIMIT 1),"
 	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.stripe'::pg_catalog.regclass, x.st)),"
-	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.claim'::pg_catalog.regclass, x.cl))"
+	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.claim'::pg_catalog.regclass, x.cl)),"
+	"       pg_catalog.to_regclass('redpacket.claim_id_seq')"
 	"  FROM (SELECT pg_catalog.get_shard_id_for_distribution_column('redpacket.stripe'::pg_catalog.regclass, $1) st,"
 	"               pg_catalog.get_shard_id_for_distribution_column('redpacket.claim'::pg_catalog.regclass, $1) cl) x",
 	1, {INT8OID}
@@ -224,7 +227,9 @@ RpRequireLocalActivity(int64 activity)
 
 /*
  * The fast path on a Citus node, for fixed amounts under READ COMMITTED
- * (stripe.c's TryFast, whose caller holds the user's lock and the stripe's).
+ * (stripe.c's TryFast, whose caller holds the user's lock and the stripe's),
+ * where direct.c's path does not apply (a per-user limit above one,
+ * redpacket.direct_claims off, tables that are not plain).
  *
  * Through Citus every statement on a distributed table costs a distributed
  * plan, shard pruning and, with local execution, a deparsed, re-parsed and
@@ -232,7 +237,8 @@ RpRequireLocalActivity(int64 activity)
  * plan of a prepared statement here): about three times the claim's own
  * work.  The statements of this path touch one activity, whose shards this
  * node holds (the caller's node guard made sure), so they run on the shard
- * tables themselves, as plain prepared statements.  Citus's protection
+ * tables themselves, as plain prepared statements (or, in direct.c, with
+ * no statement at all).  Citus's protection
  * against a concurrent shard move is kept: the shards' metadata locks in
  * share mode, as Citus takes them for its own statements (a move blocks
  * writes with them in exclusive mode on every node), and the placement is
@@ -360,7 +366,7 @@ static bool
 FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 {
 	Datum		id = Int64GetDatum(activity);
-	bool		n1, n2, n3, n4, n5;
+	bool		n1, n2, n3, n4, n5, n6;
 	RpLocalShards *e;
 
 	AcceptInvalidationMessages();
@@ -383,7 +389,8 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 	out->claim_shard = (uint64) DatumGetInt64(RpGetDatum(0, 2, &n2));
 	out->stripe_rel = DatumGetObjectId(RpGetDatum(0, 4, &n4));
 	out->claim_rel = DatumGetObjectId(RpGetDatum(0, 5, &n5));
-	if (n1 || n2 || n4 || n5 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
+	out->claim_seq = DatumGetObjectId(RpGetDatum(0, 6, &n6));
+	if (n1 || n2 || n4 || n5 || n6 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
 		return false;
 	if (lock)
 	{
@@ -414,6 +421,25 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 	}
 	e = hash_search(local_shards, &activity, HASH_ENTER, NULL);
 	*e = *out;
+	return true;
+}
+
+/*
+ * The shard tables of the activity on this node, for direct.c's fast claim:
+ * false when this node does not hold them.  The shards' metadata locks are
+ * held to the end of the transaction, as for the statements below.  Must
+ * be called inside SPI_connect.
+ */
+bool
+RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq)
+{
+	RpLocalShards shards;
+
+	if (!FindLocalShards(activity, true, &shards))
+		return false;
+	*claim_rel = shards.claim_rel;
+	*stripe_rel = shards.stripe_rel;
+	*claim_seq = shards.claim_seq;
 	return true;
 }
 

@@ -201,10 +201,7 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 
-	if (RpDistributed())		/* Citus: the same claim on the local shards */
-		return RpShardFastClaim(act, stripe, units, fast) ? RP_TRY_TOOK : RP_TRY_DIVERT;
-
-	/* on a single node, the same work without SQL (direct.c) */
+	/* the same work without SQL (direct.c; on Citus, on the local shards) */
 	switch (RpDirectTake(act, stripe, units, fast))
 	{
 		case RP_DIRECT_TOOK:
@@ -214,6 +211,8 @@ TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		case RP_DIRECT_UNUSED:
 			break;
 	}
+	if (RpDistributed())		/* Citus: the same claim on the local shards */
+		return RpShardFastClaim(act, stripe, units, fast) ? RP_TRY_TOOK : RP_TRY_DIVERT;
 
 	values[0] = Int64GetDatum(act->id);
 	values[1] = Int32GetDatum(stripe);

@@ -229,6 +229,15 @@ is(reconcile_ok($nd[0], 'false'),
 	unlike($err, qr/executing the (command|copy) locally: (INSERT|UPDATE)|intermediate_result|issuing/,
 		'its fast path runs no statement through Citus (local shard tables)')
 	  or diag $err;
+	# and none at all by default: direct.c writes the shard tables
+	($rc, $out, $err) = try_psql($hw,
+		"SET client_min_messages = debug1; SELECT status FROM redpacket.rp_claim($fixed[0], 'loc4', 0.07)");
+	is($out, 'claimed', 'another claim directly on the worker');
+	like($err, qr/redpacket: claim took the direct path/,
+		'it takes the direct path on the shard tables') or diag $err;
+	($rc, $out, $err) = try_psql($coord,
+		"SELECT status FROM redpacket.rp_claim($fixed[0], 'loc4', 0.07)");
+	is($out, 'duplicate', 'the same user through the coordinator: duplicate');
 	($rc, $out, $err) = try_psql($hw,
 		"$log SELECT count(*) FROM redpacket.rp_claim_batch($fixed[0], ARRAY['loc2','loc3'],"
 		  . " ARRAY[0.07, 0.07])");

@@ -8,7 +8,9 @@
 # worker that holds the activity.  The fast path on the shard tables looked
 # for the user's claims with that statement's snapshot, missed the claim
 # committed meanwhile and failed on the unique index (23505); under a
-# per-user limit it claimed once more than the limit.
+# per-user limit it claimed once more than the limit.  Both ways of the fast
+# path are tested: direct.c's (the default) and the statements on the shard
+# tables (redpacket.direct_claims off, and any per-user limit above one).
 #
 # Needs Citus (test/citus/build.sh); skips without it.
 use strict;
@@ -24,9 +26,16 @@ my %node_of = map { $_->port => $_ } @workers;
 
 sub q_coord { return $coord->safe_psql('postgres', $_[0]); }
 
-# A session on the coordinator that keeps its transaction open.
-my $first = $coord->background_psql('postgres', on_error_stop => 0);
-my $second = $coord->background_psql('postgres', on_error_stop => 0);
+# Two sessions on the coordinator: the first keeps its transaction open.
+my ($first, $second);
+
+sub sessions
+{
+	$_->quit for grep { defined } ($first, $second);
+	$first = $coord->background_psql('postgres', on_error_stop => 0);
+	$second = $coord->background_psql('postgres', on_error_stop => 0);
+	return;
+}
 
 # $second runs $sql, which must wait for the user's lock that $first holds
 # on $holder; then $first runs $release.  Returns $second's output and
@@ -44,9 +53,33 @@ sub behind
 	return ($waiting, $out, $second->{stderr});
 }
 
-for my $case (['autocommit', '%s', ''], ['a transaction block', 'BEGIN; %s COMMIT;', ''])
+# redpacket.direct_claims on every worker ('on' is the default), seen by
+# the worker connections of new coordinator sessions.
+sub direct_claims
 {
-	my ($name, $wrap) = @$case;
+	my ($on) = @_;
+	for my $w (@workers)
+	{
+		$w->safe_psql('postgres',
+			$on eq 'on'
+			? 'ALTER SYSTEM RESET redpacket.direct_claims'
+			: "ALTER SYSTEM SET redpacket.direct_claims = $on");
+		$w->safe_psql('postgres', 'SELECT pg_reload_conf()');
+		$w->poll_query_until('postgres', 'SHOW redpacket.direct_claims', $on)
+		  or die "redpacket.direct_claims not $on";
+	}
+	sessions();
+	return;
+}
+
+for my $case (
+	[ 'autocommit',          '%s',                 'on' ],
+	[ 'a transaction block', 'BEGIN; %s COMMIT;', 'on' ],
+	[ 'autocommit, direct_claims off', '%s', 'off' ],
+	[ 'a transaction block, direct_claims off', 'BEGIN; %s COMMIT;', 'off' ])
+{
+	my ($name, $wrap, $direct) = @$case;
+	direct_claims($direct);
 	my ($act) = RedpacketTest::citus_placed($coord, [ $workers[0] ],
 		'redpacket.rp_create_activity(7.00, stripes => 2)');
 	my $holder = $node_of{ RedpacketTest::citus_holder($coord, $act) };
@@ -61,6 +94,7 @@ for my $case (['autocommit', '%s', ''], ['a transaction block', 'BEGIN; %s COMMI
 }
 
 # Per-user limit 2 with request ids: the second request in flight, a third.
+direct_claims('on');
 {
 	my ($act) = RedpacketTest::citus_placed($coord, [ $workers[1] ],
 		'redpacket.rp_create_activity(20.00, stripes => 2, per_user_limit => 2)');
