@@ -26,7 +26,7 @@ shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
 $node->start;
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 
 our $db;    # the database of the upgrade path under test
@@ -214,7 +214,7 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
