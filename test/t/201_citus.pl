@@ -107,8 +107,8 @@ ok( $coord->poll_query_until('postgres',
 is( q_coord(
 		"SELECT count(*), count(DISTINCT colocationid) FROM pg_dist_partition"
 		  . " WHERE logicalrelid::text LIKE 'redpacket.%' AND partmethod = 'h'"),
-	'6|1',
-	'all six tables hash-distributed by activity, in one colocation group');
+	'7|1',
+	'all seven tables hash-distributed by activity, in one colocation group');
 is( q_coord(
 		"SELECT string_agg(p.proname || ':' || coalesce(o.force_delegation, false), ',' ORDER BY p.proname)"
 		  . " FROM pg_dist_object o JOIN pg_proc p ON p.oid = o.objid"
