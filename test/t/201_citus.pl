@@ -1,4 +1,4 @@
-# redpacket on a real Citus cluster (issue 13): a coordinator and two workers
+# redpacket on a real Citus cluster: a coordinator and two workers
 # on loopback, rp_distribute(), then every kind of call through the
 # coordinator, the node guard, the worker's expiry settlement, 16 clients
 # claiming at once on activities placed on both workers, and the
