@@ -113,7 +113,7 @@ Prepare(const RpPlan *p, int cursor_options)
  * The plan of a statement.  A generic one (p->generic) never depends on
  * the parameters: a per-call plan for an activity newer than claim's
  * statistics, estimated to hold one claim, scanned claim_pkey by
- * activity_id alone and read every claim of the activity (issue 14).  On a
+ * activity_id alone and read every claim of the activity.  On a
  * Citus cluster (distributed, the caller knows) the same statement is
  * planned per call instead: Citus routes it by the value of the
  * distribution column, which a generic plan lacks ("could not create
