@@ -2,8 +2,8 @@
  * base.c
  *		The base layer every subsystem builds on: the extension's own advisory
  *		lock space, SPI plans prepared once per backend, reading SPI results
- *		and the installed catalog version.  It calls nothing else of
- *		redpacket's.
+ *		and the library's one relcache invalidation callback.  It calls
+ *		nothing else of redpacket's.
  */
 #include "postgres.h"
 
@@ -15,6 +15,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 
 #include "redpacket.h"
 
@@ -112,7 +113,7 @@ Prepare(const RpPlan *p, int cursor_options)
  * The plan of a statement.  A generic one (p->generic) never depends on
  * the parameters: a per-call plan for an activity newer than claim's
  * statistics, estimated to hold one claim, scanned claim_pkey by
- * activity_id alone and read every claim of the activity (issue 14).  On a
+ * activity_id alone and read every claim of the activity.  On a
  * Citus cluster (distributed, the caller knows) the same statement is
  * planned per call instead: Citus routes it by the value of the
  * distribution column, which a generic plan lacks ("could not create
@@ -174,41 +175,32 @@ RpGetInt64(int row, int col, int64 if_null)
 	return isnull ? if_null : DatumGetInt64(d);
 }
 
-static RpPlan catalog_version = {
-	"SELECT e.extversion FROM pg_catalog.pg_extension e"
-	" WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket'",
-	0, {InvalidOid}
-};
-
 /*
- * The version of the installed SQL objects as major * 100 + minor (1.0 is
- * 100, 1.1 is 101, 1.2 is 102, 1.3 is 103), or 0 when the extension is not
- * installed.  The library serves every catalog it can meet: code that needs
- * objects of a later version asks this first.  Read once per transaction;
- * ALTER EXTENSION UPDATE commits before anyone can see the new objects.
- * Must be called inside SPI_connect.
+ * Every cache of ours that follows relcache invalidations registers its
+ * function here, and the library takes one of PostgreSQL's ten relcache
+ * callback slots for all of them: they are shared by every module of the
+ * backend (Citus takes five, the plan and type caches one each), and four
+ * of our own made the next one fail with "out of relcache_callback_list
+ * slots" on a Citus node.
  */
-int
-RpCatalogVersion(void)
+#define RP_RELCACHE_FUNCTIONS 8
+
+static RelcacheCallbackFunction relcache_functions[RP_RELCACHE_FUNCTIONS];
+static int	relcache_nfunctions = 0;
+
+static void
+RelcacheDispatch(Datum arg, Oid relid)
 {
-	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
-	static int	cached = 0;
-	int			major = 0,
-				minor = 0;
+	for (int i = 0; i < relcache_nfunctions; i++)
+		relcache_functions[i] (arg, relid);
+}
 
-	if (cached_lxid == MyProc->lxid)
-		return cached;
-	if (RpExec(&catalog_version, NULL, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the redpacket extension version");
-	cached = 0;
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		char	   *v = TextDatumGetCString(RpGetDatum(0, 1, &isnull));
-
-		if (sscanf(v, "%d.%d", &major, &minor) == 2)
-			cached = major * 100 + minor;
-	}
-	cached_lxid = MyProc->lxid;
-	return cached;
+void
+RpOnRelcacheInvalidation(RelcacheCallbackFunction fn)
+{
+	if (relcache_nfunctions >= RP_RELCACHE_FUNCTIONS)
+		elog(ERROR, "too many redpacket relcache callbacks");
+	if (relcache_nfunctions == 0)
+		CacheRegisterRelcacheCallback(RelcacheDispatch, (Datum) 0);
+	relcache_functions[relcache_nfunctions++] = fn;
 }

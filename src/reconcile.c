@@ -54,6 +54,7 @@
 #include "redpacket.h"
 #include "settle.h"
 #include "stats.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
 PG_FUNCTION_INFO_V1(rp_reconcile_step);

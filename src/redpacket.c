@@ -2,7 +2,8 @@
  * redpacket.c
  *		Module entry point: the module magic and _PG_init, which defines the
  *		settings of the claim engine and the drop guard and calls each
- *		subsystem's init (the reconciler's, the launcher's, the counters'),
+ *		subsystem's init (the claim locks', the reconciler's, the
+ *		launcher's, the counters'),
  *		which define their own settings and, when preloading, ask for their
  *		shared memory and background workers.  Nothing below this file
  *		calls into it.
@@ -13,6 +14,7 @@
 #include "utils/guc.h"
 
 #include "launcher.h"
+#include "locks.h"
 #include "reconcile.h"
 #include "redpacket.h"
 #include "stats.h"
@@ -45,12 +47,13 @@ _PG_init(void)
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("redpacket.direct_claims",
-							 "Let single claims on a single node take the executor-direct fast path.",
+							 "Let single claims take the executor-direct fast path on this node's tables or shards.",
 							 "A developer switch: off forces the fast path's SQL statement (the SPI path) everywhere, to test both paths.",
 							 &rp_direct_claims,
 							 true,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 
+	RpLocksInit();
 	RpReconcileInit();
 	RpLauncherInit();
 	RpStatsInit();
