@@ -417,6 +417,35 @@ plot() {
             printf "\nIncremental pass at %s / at %s claims of history: %.2f× in median time (target: within 1.5×), %.2f× in buffers touched.\n", $1, ha, $2 / a, $4 / ab }'
         echo
     fi
+    if [ -f "$DIR/group.csv" ]; then
+        gmeta() { awk -F, -v k="$1" '$1 == k { print $2 }' "$DIR/group_meta.csv" 2>/dev/null || true; }
+        echo "## Group red packets (test/bench/group.sh, make bench-group)"
+        echo
+        echo "Many small activities: a pgbench transaction creates a 10-packet lucky draw of 20.00"
+        echo "ending 20 s later and makes its 10 claims, against the same in plain SQL (a packet"
+        echo "row, 10 conditional UPDATE ... RETURNING feeding an INSERT), $(gmeta clients) clients,"
+        echo "$(gmeta seconds) s each, reconciler paused; creation alone against a plain insert."
+        echo "Run $(gmeta date), git $(gmeta git), load average at the end $(gmeta load_at_end)."
+        echo
+        echo "| workload | clients | packets/s (creations/s) | p50 ms | p99 ms | checked |"
+        echo "|---|---:|---:|---:|---:|---|"
+        awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $5, $6, $7, $8 }' "$DIR/group.csv"
+        awk -F, 'NR > 1 { r[$1] = $5 } END {
+            if (r["group_plain"] > 0) printf "\nredpacket / plain SQL packets/s: %.2f× (target >= 0.9×).", r["group_redpacket"] / r["group_plain"]
+            if (r["create_redpacket"] > 0) printf " rp_create_activity / a plain insert, time per creation: %.2f× (target <= 2×).", r["create_plain"] / r["create_redpacket"]
+            printf "\n" }' "$DIR/group.csv"
+        echo
+        if [ -f "$DIR/group_lag.csv" ] && [ "$(wc -l <"$DIR/group_lag.csv")" -gt 1 ]; then
+            echo "Sustained: $(gmeta sustain_clients) clients, $(gmeta sustain_seconds) s, redpacket.reconcile_interval = $(gmeta interval);"
+            echo "every few seconds, the activities created more than $(gmeta lag) s earlier and never checked, and those"
+            echo "ended more than $(gmeta lag) s earlier and not settled (target: 0 at every sample after $(gmeta lag) s)."
+            echo
+            echo "| second | activities | never checked | expired, unsettled | last pass: s ago | activities | ms |"
+            echo "|---:|---:|---:|---:|---:|---:|---:|"
+            awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }' "$DIR/group_lag.csv"
+            echo
+        fi
+    fi
 } >"$MD"
 
 if [ "$HAVE_BENCH" = 1 ]; then
@@ -438,6 +467,11 @@ if [ -f "$DIR/reconcile.csv" ]; then
     echo
     echo "reconcile: history | incremental: median ms | min ms | median buffers | passes | full check: ms | buffers"
     reconcile_summary | sed 's/^/  /; s/|/ | /g'
+fi
+if [ -f "$DIR/group.csv" ]; then
+    echo
+    echo "group: workload | clients | seconds | transactions | packets/s | p50 ms | p99 ms | checked"
+    tail -n +2 "$DIR/group.csv" | sed 's/^/  /; s/,/ | /g'
 fi
 echo
 echo "wrote ${BENCH_RESULTS_SHOWN:-$DIR}/results.md"

@@ -34,7 +34,8 @@
 # activity at the default settings: CPU and wall time per operation, memory
 # at the start, middle and end, and a pg_stat_statements breakdown.  report.sh states every target of
 # issue 14 as a ratio from this one run, met or not met.  Last, unless
-# BENCH_RECONCILE=0, test/bench/reconcile_cost.sh.
+# BENCH_RECONCILE=0, test/bench/reconcile_cost.sh, and unless BENCH_GROUP=0,
+# test/bench/group.sh (group red packets; alone: make bench-group).
 #
 # Writes test/bench/results/{bench.csv,cpu.csv,statements.csv,meta.csv,
 # results.md,throughput.png}.  Exits non-zero on any FAIL.
@@ -58,6 +59,8 @@
 #                     pgbouncer cpu")
 #   BENCH_PORTS       LOW-HIGH: the TCP ports to use (lib.sh)
 #   BENCH_RECONCILE=0 skip reconcile_cost.sh
+#   BENCH_GROUP=0     skip group.sh (group red packets and the reconciler
+#                     keeping up with them; alone: make bench-group)
 #   BENCH_JOBS        pgbench threads (number of cores)
 #   BENCH_HUGE_PAGES  the server's huge_pages (on, off, try); unset and run as
 #                     root, the run reserves 2 MB huge pages for the shared
@@ -103,7 +106,7 @@ mkdir -p "$BENCH_RESULTS"
 export BENCH_RESULTS
 # This run's record replaces the last one (reconcile.csv only when
 # reconcile_cost.sh runs again).
-rm -f "$BENCH_RESULTS"/{bench.csv,cpu.csv,statements.csv,meta.csv,throughput.png}
+rm -f "$BENCH_RESULTS"/{bench.csv,cpu.csv,statements.csv,meta.csv,throughput.png,group.csv,group_lag.csv,group_meta.csv}
 
 echo "== redpacket benchmark: ${SECS} s measured a run (after a warm-up), clients ${CLIENTS[*]}, rp_claim stripes ${STRIPES[*]}," \
      "batch $BATCH, CPU run $CPU_CLAIMS claims, pgbench threads $JOBS"
@@ -512,6 +515,14 @@ bench_cleanup
 if [ "${BENCH_RECONCILE:-1}" != 0 ]; then
     echo
     if ! BENCH_QUICK="$QUICK" BENCH_NO_REPORT=1 bash "$BENCH_HERE/reconcile_cost.sh"; then
+        FAILS=$((FAILS + 1))
+    fi
+fi
+
+# --- Group red packets -----------------------------------------------------------
+if [ "${BENCH_GROUP:-1}" != 0 ]; then
+    echo
+    if ! BENCH_QUICK="$QUICK" BENCH_NO_REPORT=1 bash "$BENCH_HERE/group.sh"; then
         FAILS=$((FAILS + 1))
     fi
 fi
