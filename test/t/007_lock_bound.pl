@@ -48,7 +48,9 @@ my @big = split /,/, $ids;
 is(scalar @big, 24, '24 activities created');
 is(sql("SELECT min(stripes) || '|' || count(*) FROM redpacket.activity WHERE id IN ($ids)"),
 	'1024|24', 'each has 1024 stripes');
-sql(qq{SELECT redpacket.rp_claim(a, 'early' || g, 0.25)
+# (0.05 fits in one stripe of about 0.10: a larger claim would gather,
+# locking every stripe of its activity until the statement's transaction ends)
+sql(qq{SELECT redpacket.rp_claim(a, 'early' || g, 0.05)
          FROM unnest('{$ids}'::bigint[]) a, generate_series(1, 3) g});
 
 my $busy = sql("SELECT redpacket.rp_create_activity(1000000.00, stripes => 16, name => 'busy')");
@@ -101,8 +103,8 @@ SELECT count(*) FROM redpacket.activity a
  CROSS JOIN LATERAL (SELECT sum(amount) AS r FROM redpacket.ledger l
                       WHERE l.activity_id = a.id AND l.kind = 'return') l
  CROSS JOIN LATERAL (SELECT sum(amount) AS c FROM redpacket.claim c WHERE c.activity_id = a.id) c
- WHERE a.id IN ($ids) AND s.b = 0 AND s.nz = 0 AND l.r = 99.25 AND c.c = 0.75}),
-	'24', 'each settled activity returned 99.25 and its stripes are empty');
+ WHERE a.id IN ($ids) AND s.b = 0 AND s.nz = 0 AND l.r = 99.85 AND c.c = 0.15}),
+	'24', 'each settled activity returned 99.85 and its stripes are empty');
 is( sql(qq{
 SELECT count(*) FROM redpacket.activity a
  WHERE a.id IN ($ids)
