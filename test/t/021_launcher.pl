@@ -113,7 +113,9 @@ is( $node->safe_psql('db1',
 
 $node->append_conf('postgresql.conf', 'redpacket.max_workers = 1');
 $node->restart;
-my $held_act = $node->safe_psql('db1', "SELECT redpacket.rp_create_activity(100.00, 20, stripes => 4)");
+# (no packet cap: a claim of an amount takes one stripe, where in a lucky
+# draw, whose money is dealt, it would gather every stripe)
+my $held_act = $node->safe_psql('db1', "SELECT redpacket.rp_create_activity(100.00, stripes => 4)");
 $node->poll_query_until('db1',
 	"SELECT count(*) > 0 FROM redpacket.reconciliation WHERE activity_id = $held_act")
   or die 'db1 not reconciled after restart';

@@ -90,7 +90,9 @@ is($ret, 0, 'DROP DATABASE succeeds during a long pass') or diag $err;
 
 $node->safe_psql('postgres', 'CREATE DATABASE a');
 $node->safe_psql('a', 'CREATE EXTENSION redpacket');
-my $held_act = $node->safe_psql('a', "SELECT redpacket.rp_create_activity(100.00, 20, stripes => 4)");
+# (no packet cap: a claim of an amount takes one stripe, where in a lucky
+# draw, whose money is dealt, it would gather every stripe)
+my $held_act = $node->safe_psql('a', "SELECT redpacket.rp_create_activity(100.00, stripes => 4)");
 # a claim in flight holds a stripe; a committed claim (on another stripe)
 # makes the pass check this activity, so a's reconciler waits for the stripe
 my $held = $node->background_psql('a');
