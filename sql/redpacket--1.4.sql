@@ -1706,7 +1706,7 @@ BEGIN
     -- order).  The workers' passes: see the end.
     LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
                redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
-               redpacket.eligible
+               redpacket.eligible, redpacket.reconcile_problem
           IN ACCESS EXCLUSIVE MODE;
 
     PERFORM pg_catalog.set_config('citus.shard_replication_factor', '1', true);
@@ -1726,7 +1726,8 @@ BEGIN
                                    (5, 'redpacket.reconcile_state', 'activity_id'),
                                    (6, 'redpacket.reconciliation', 'activity_id'),
                                    (7, 'redpacket.activity_change', 'activity_id'),
-                                   (8, 'redpacket.eligible', 'activity_id')) v(n, rel, col)
+                                   (8, 'redpacket.eligible', 'activity_id'),
+                                   (9, 'redpacket.reconcile_problem', 'activity_id')) v(n, rel, col)
              ORDER BY n LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
                                WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
@@ -1774,7 +1775,7 @@ BEGIN
     -- transaction: their passes wait until the commit, or it waits for them.
     LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
                redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
-               redpacket.eligible
+               redpacket.eligible, redpacket.reconcile_problem
           IN ACCESS EXCLUSIVE MODE;
 END;
 $$;

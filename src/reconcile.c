@@ -267,7 +267,7 @@ static RpPlan pass_counts_14 = {
 };
 
 static RpPlan any_problems = {
-	"SELECT EXISTS (SELECT FROM redpacket.reconcile_problem)", 0, {InvalidOid}
+	"SELECT EXISTS (SELECT 1 FROM redpacket.reconcile_problem)", 0, {InvalidOid}
 };
 
 /*
