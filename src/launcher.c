@@ -9,8 +9,11 @@
  *		is there, reports back through a slot in shared memory and exits, so
  *		the launcher needs no configuration to find the databases with the
  *		extension and notices CREATE and DROP EXTENSION at the next round.
- *		A database still queued when its next round comes means the workers
- *		cannot keep up: that is logged, with the setting to raise.
+ *		A database whose pass outlasts the interval is queued again as soon
+ *		as that pass ends (passes follow each other without a gap while
+ *		there is more to do than an interval holds).  A database still
+ *		queued when its next round comes means the workers cannot keep up:
+ *		that is logged, with the setting to raise.
  */
 #include "postgres.h"
 
@@ -61,6 +64,7 @@ typedef struct RpDb
 	bool		seen;			/* listed in the latest round */
 	bool		queued;
 	bool		running;
+	bool		owed;			/* its round came while it ran: next pass at once */
 	RpWorkerResult known;		/* what its last reconciler found */
 } RpDb;
 
@@ -202,7 +206,7 @@ ListDatabases(void)
 		db = hash_search(dbs, &d->oid, HASH_ENTER, &found);
 		if (!found)
 		{
-			db->queued = db->running = false;
+			db->queued = db->running = db->owed = false;
 			db->known = RP_WORKER_NONE;
 		}
 		db->name = d->datname;
@@ -239,7 +243,9 @@ StartRound(void)
 	{
 		if (db->queued)
 			late++;
-		else if (!db->running)
+		else if (db->running)
+			db->owed = true;	/* a pass longer than the interval */
+		else
 		{
 			db->queued = true;
 			queue = lappend_oid(queue, db->dboid);
@@ -302,6 +308,14 @@ ReapWorkers(void)
 		{
 			db->running = false;
 			NoteResult(db, s->result);
+			/* its pass outlasted a round: the next one follows at once */
+			if (db->owed && db->known == RP_WORKER_PASSED && !db->queued &&
+				rp_reconcile_interval > 0)
+			{
+				db->queued = true;
+				queue = lappend_oid(queue, db->dboid);
+			}
+			db->owed = false;
 		}
 		s->dboid = InvalidOid;
 		s->result = RP_WORKER_NONE;

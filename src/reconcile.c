@@ -316,6 +316,10 @@ struct RpPass
 	int		   *busy_stripes;
 	bool	   *busy_full;
 	int			nbusy;
+	int			batches;		/* batches checked, and ... */
+	int			alone;			/* ... activities checked on their own */
+	long		list_ms;		/* time spent listing */
+	long		batch_ms;		/* ... and in the batches' statements */
 };
 
 /* The activities of one unit of work, in one subtransaction. */
@@ -676,6 +680,7 @@ CheckOne(RpPass *pass, int64 activity, bool full, int held_stripes)
 	ErrorData  *err;
 	bool		exists;
 
+	pass->alone++;
 	u->checks[0].activity = activity;
 	u->checks[0].full = full;
 	if (held_stripes == 0)
@@ -768,6 +773,8 @@ CheckBatch(RpPass *pass, int from, int budget)
 
 	started = GetCurrentTimestamp();
 	err = InSubtransaction(UnitStep, u);
+	pass->batches++;
+	pass->batch_ms += TimestampDifferenceMilliseconds(started, GetCurrentTimestamp());
 	AdaptBatch(pass, end - from, TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
 	if (err == NULL)
 	{
@@ -825,6 +832,7 @@ RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_shar
 	int			version = RpCatalogVersion();
 	RpPlan	   *plan;
 	int			count;
+	TimestampTz started = GetCurrentTimestamp();
 
 	/*
 	 * Decide how to list only once the tables cannot change under the
@@ -868,6 +876,7 @@ RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_shar
 	pass->n = count;
 	pass->next = 0;
 	pass->nbusy = 0;
+	pass->list_ms += TimestampDifferenceMilliseconds(started, GetCurrentTimestamp());
 	return count;
 }
 
@@ -906,6 +915,11 @@ void
 RpPassRecord(const RpPass *pass)
 {
 	RecordPass(pass, true);
+	if (pass->checked > 0)
+		elog(DEBUG1, "redpacket reconciliation pass: %d activities (%d settled) in %d batches and %d alone, %ld ms (listing %ld ms, batches %ld ms)",
+			 pass->checked, pass->settlements, pass->batches, pass->alone,
+			 (long) TimestampDifferenceMilliseconds(pass->started, GetCurrentTimestamp()),
+			 pass->list_ms, pass->batch_ms);
 }
 
 /* A pass, allocated in cxt; its list and counts live there too. */
@@ -918,12 +932,6 @@ RpPassCreate(MemoryContext cxt)
 	pass->started = GetCurrentTimestamp();
 	pass->batch = 1;
 	return pass;
-}
-
-int
-RpPassChecked(const RpPass *pass)
-{
-	return pass->checked;
 }
 
 /*

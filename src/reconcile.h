@@ -32,7 +32,6 @@ typedef struct RpPass RpPass;
 extern RpPass *RpPassCreate(MemoryContext cxt);
 extern int	RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_share);
 extern bool RpPassStep(RpPass *pass);
-extern int	RpPassChecked(const RpPass *pass);
 extern void RpPassRecord(const RpPass *pass);
 
 #endif							/* RP_RECONCILE_H */

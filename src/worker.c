@@ -266,8 +266,6 @@ WorkerPass(void)
 	{
 		/* also when nothing was due: the status shows the reconciler alive */
 		InTransaction(WorkerRecord, &w);
-		if (RpPassChecked(w.pass) > 0)
-			elog(DEBUG1, "redpacket reconciler checked %d activities", RpPassChecked(w.pass));
 	}
 	MemoryContextDelete(w.cxt);
 	pgstat_report_stat(true);
