@@ -60,6 +60,7 @@ OverrideSettings(void)
 		{"statement_timeout", "0"},
 		{"idle_in_transaction_session_timeout", "0"},
 		{"lock_timeout", RP_WORKER_LOCK_TIMEOUT},
+		{"jit", "off"},			/* as RpPassSettings: no compiling index probes */
 	};
 
 	for (int i = 0; i < lengthof(settings); i++)
