@@ -191,6 +191,7 @@ extern void RpCheckBatchSize(int n);
 /* locks.c (locks.h declares the claim paths' protocol) */
 extern void RpWaitAllStripes(const RpActivity *act);
 extern bool RpHeldEarlier(int64 activity);
+extern bool RpHeldAny(void);
 extern void RpNoteHeld(int64 activity);
 #define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
 extern uint32 RpUserHash(text *user_id);
