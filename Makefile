@@ -17,7 +17,10 @@ DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
        sql/redpacket--1.2--1.3.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
-PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
+# The PostgreSQL to build for: the pg_config on the PATH (on Debian the
+# newest installed server-dev), or PG_CONFIG=... for another major, e.g.
+# PG_CONFIG=test/pg18/build/install/bin/pg_config (test/pg18/build.sh).
+PG_CONFIG ?= pg_config
 
 PG_CPPFLAGS += -I$(srcdir)/src
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
@@ -61,12 +64,12 @@ demo:
 	bash test/demo.sh
 
 # Every object depends on the shared header.
-$(OBJS): src/redpacket.h
+$(OBJS): src/redpacket.h src/compat.h
 
 # The allocator's own tests: a program built from src/alloc.c alone, for
 # tests only (never installed).
 .PHONY: alloc-test
-test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/redpacket.h
+test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/redpacket.h src/compat.h
 	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
 alloc-test: test/alloc/plan_test
 	test/alloc/plan_test

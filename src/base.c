@@ -217,7 +217,7 @@ RpCatalogVersion(void)
 	int			major = 0,
 				minor = 0;
 
-	if (cached_lxid == MyProc->lxid)
+	if (cached_lxid == RpMyLocalXid)
 		return cached;
 	if (RpExec(&catalog_version, NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the redpacket extension version");
@@ -230,7 +230,7 @@ RpCatalogVersion(void)
 		if (sscanf(v, "%d.%d", &major, &minor) == 2)
 			cached = major * 100 + minor;
 	}
-	cached_lxid = MyProc->lxid;
+	cached_lxid = RpMyLocalXid;
 	return cached;
 }
 

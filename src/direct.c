@@ -46,6 +46,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "common/int.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -445,7 +446,7 @@ FetchByKey(Relation rel, Oid index, Snapshot snap, ScanKey keys, int nkeys,
 		   TupleTableSlot *slot)
 {
 	Relation	idx = index_open(index, RowExclusiveLock);
-	IndexScanDesc scan = index_beginscan(rel, idx, snap, nkeys, 0);
+	IndexScanDesc scan = RpIndexBeginScan(rel, idx, snap, nkeys, 0);
 	bool		found;
 
 	index_rescan(scan, keys, nkeys, NULL, 0);
@@ -511,7 +512,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 	ScanKeyData keys[2];
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
-	bool		update_indexes;
+	RpUpdateIndexes update_indexes;
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
@@ -561,8 +562,9 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
-	if (update_indexes && rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, new, estate, true, false, NULL, NIL));
+	if (RpUpdateNeedsIndexes(update_indexes) && rri->ri_NumIndices > 0)
+		list_free(RpExecInsertIndexTuples(rri, new, estate, true,
+										  RpUpdateOnlySummarizing(update_indexes)));
 	return true;
 }
 
@@ -611,7 +613,7 @@ InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 acti
 		ExecConstraints(rri, slot, estate);
 	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
 	if (rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+		list_free(RpExecInsertIndexTuples(rri, slot, estate, false, false));
 }
 
 /* The checks, the decrement and the insert, with the tables open. */

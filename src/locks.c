@@ -113,7 +113,7 @@ static int64 held_ids[RP_HELD_MAX];
 bool
 RpHeldEarlier(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 		return false;
 	if (held_overflow)
 		return true;
@@ -127,9 +127,9 @@ RpHeldEarlier(int64 activity)
 void
 RpNoteHeld(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 	{
-		held_lxid = MyProc->lxid;
+		held_lxid = RpMyLocalXid;
 		held_n = 0;
 		held_overflow = false;
 	}
