@@ -1,5 +1,5 @@
-# The upgrade path from every released version before the current one (1.0,
-# 1.1 and 1.2 today) to the current one.  A database created with
+# The upgrade path from every released version before the current one (1.0
+# to 1.3 today) to the current one.  A database created with
 # CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
 # worker's passes and rp_reconcile all work on the old catalog.  After
@@ -26,7 +26,7 @@ shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
 $node->start;
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 
 our $db;    # the database of the upgrade path under test
@@ -214,7 +214,7 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);

@@ -1,0 +1,983 @@
+-- redpacket 1.4: schema, tables, functions and views of the extension (full install script).
+\echo Use "CREATE EXTENSION redpacket" to load this file. \quit
+
+-- The schema must be a superuser's that nobody else may create objects in:
+-- CREATE EXTENSION adopts an existing schema "redpacket", and objects a
+-- database owner added there beforehand (an operator, an overload) would
+-- capture this script's expressions and the extension's calls.
+DO $guard$
+DECLARE
+    owner_name name;
+    owner_super boolean;
+    creators text;
+BEGIN
+    SELECT r.rolname, r.rolsuper INTO owner_name, owner_super
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket';
+    IF NOT owner_super THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('schema "redpacket" is owned by %I, who is not a superuser', owner_name),
+            DETAIL = 'Objects its owner can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = 'As a superuser: ALTER SCHEMA redpacket OWNER TO postgres (after checking what is in it), then try again.';
+    END IF;
+    SELECT pg_catalog.string_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END, ', ')
+      INTO creators
+      FROM pg_catalog.pg_namespace n
+     CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT r.rolsuper);
+    IF creators IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('%s may create objects in schema "redpacket"', creators),
+            DETAIL = 'Objects they can create beside the extension''s would run with the rights of whoever calls the extension.',
+            HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA redpacket FROM %s, then try again.', creators);
+    END IF;
+END
+$guard$;
+
+-- Types ------------------------------------------------------------------
+
+CREATE TYPE redpacket.claim_status AS ENUM (
+    'duplicate', 'frozen', 'not_started', 'ended', 'user_limit', 'exhausted', 'claimed'
+);
+COMMENT ON TYPE redpacket.claim_status IS
+    'Outcome of a claim, in the order rp_claim checks them: duplicate, frozen, not_started, ended, user_limit, exhausted, claimed.';
+
+CREATE TYPE redpacket.claim_result AS (
+    status     redpacket.claim_status,
+    claim_id   bigint,
+    amount     numeric,
+    claimed_at timestamptz
+);
+COMMENT ON TYPE redpacket.claim_result IS
+    'Result of rp_claim: the status, and for claimed/duplicate the claim''s id, amount and time.';
+
+-- Tables -----------------------------------------------------------------
+-- Every table is keyed by activity id first so that it can be distributed
+-- by activity.  Balances inside are integer minor units (bigint); amounts
+-- shown to people are numeric with the activity's scale.
+
+CREATE SEQUENCE redpacket.activity_id_seq;
+
+CREATE TABLE redpacket.activity (
+    id             bigint PRIMARY KEY DEFAULT pg_catalog.nextval('redpacket.activity_id_seq'),
+    name           text,
+    total          numeric NOT NULL CHECK (total > 0),
+    packets        integer CHECK (packets >= 1),
+    scale          integer NOT NULL CHECK (scale BETWEEN 0 AND 4),
+    stripes        integer NOT NULL CHECK (stripes BETWEEN 1 AND 1024),
+    per_user_limit integer NOT NULL CHECK (per_user_limit >= 1),
+    starts_at      timestamptz NOT NULL,
+    ends_at        timestamptz,
+    closed_at      timestamptz,
+    frozen_reason  text,
+    frozen_at      timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by     name NOT NULL DEFAULT pg_catalog.session_user(),
+    CHECK (ends_at IS NULL OR ends_at > starts_at)
+);
+ALTER SEQUENCE redpacket.activity_id_seq OWNED BY redpacket.activity.id;
+COMMENT ON TABLE redpacket.activity IS
+    'One row per red-packet activity: its funding, limits, schedule and operator state. Written only by the rp_* functions.';
+COMMENT ON COLUMN redpacket.activity.total IS 'Funded budget, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.activity.packets IS 'Cap on successful claims; required for lucky draws; NULL means no cap.';
+COMMENT ON COLUMN redpacket.activity.scale IS 'Fractional digits of the currency unit (2 = cents/fen).';
+COMMENT ON COLUMN redpacket.activity.stripes IS 'Number of sub-balances the budget is split across (may be fewer than asked when the budget or packet count is small).';
+COMMENT ON COLUMN redpacket.activity.per_user_limit IS 'Claims one user may hold; above 1, each claim needs a request_id.';
+COMMENT ON COLUMN redpacket.activity.closed_at IS 'Set when the activity was closed or settled after ends_at.';
+COMMENT ON COLUMN redpacket.activity.frozen_reason IS 'Non-NULL while the activity is frozen (operator hold or reconciliation mismatch).';
+
+CREATE TABLE redpacket.stripe (
+    activity_id bigint NOT NULL,
+    stripe      integer NOT NULL,
+    balance     bigint NOT NULL,
+    packets     integer,
+    claims      bigint NOT NULL DEFAULT 0,
+    halted      boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (activity_id, stripe)
+) WITH (fillfactor = 10);
+-- No CHECK constraints on stripe and claim: they would be recompiled for
+-- every claim statement, the C code never writes a negative balance, and
+-- reconciliation proves it on every pass.
+COMMENT ON TABLE redpacket.stripe IS
+    'Sub-balances of each activity, in integer minor units; claims on one activity spread over these rows. Low fillfactor keeps updates HOT and stripes on separate pages.';
+COMMENT ON COLUMN redpacket.stripe.balance IS 'Remaining budget of this stripe in minor units (10^-scale of the currency unit).';
+COMMENT ON COLUMN redpacket.stripe.packets IS 'Remaining packets of this stripe; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.stripe.claims IS 'Claims recorded against this stripe.';
+COMMENT ON COLUMN redpacket.stripe.halted IS 'Copy of "the activity is frozen or closed", kept on every stripe so a claim checks it on the row it decrements.';
+
+-- No CACHE: the reconciliation watermark relies on claim ids of one
+-- activity being handed out in the order its stripe locks are granted.
+CREATE SEQUENCE redpacket.claim_id_seq;
+
+CREATE TABLE redpacket.claim (
+    activity_id     bigint NOT NULL,
+    claim_id        bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.claim_id_seq'),
+    user_id         text COLLATE "C" NOT NULL,
+    request_id      text COLLATE "C",
+    idempotency_key text COLLATE "C" NOT NULL,
+    amount          numeric NOT NULL,
+    stripe          integer NOT NULL,
+    claimed_at      timestamptz NOT NULL,
+    PRIMARY KEY (activity_id, claim_id),
+    UNIQUE (activity_id, user_id, idempotency_key)
+);
+ALTER SEQUENCE redpacket.claim_id_seq OWNED BY redpacket.claim.claim_id;
+COMMENT ON TABLE redpacket.claim IS
+    'One row per successful claim; append-only. Unique on (activity_id, user_id, idempotency_key).';
+-- User and request ids are opaque identifiers: byte order ("C") keeps the
+-- unique index fast and independent of the database's locale.
+COMMENT ON COLUMN redpacket.claim.idempotency_key IS
+    'Empty when per_user_limit is 1 (one claim per user); the request_id otherwise.';
+COMMENT ON COLUMN redpacket.claim.stripe IS 'Stripe that paid the packet count of this claim (or most of its amount).';
+
+CREATE SEQUENCE redpacket.ledger_entry_id_seq;
+
+CREATE TABLE redpacket.ledger (
+    activity_id bigint NOT NULL,
+    entry_id    bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.ledger_entry_id_seq'),
+    kind        text NOT NULL CHECK (kind IN ('fund', 'return')),
+    amount      numeric NOT NULL CHECK (amount >= 0),
+    reason      text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    created_by  name NOT NULL DEFAULT pg_catalog.session_user(),
+    PRIMARY KEY (activity_id, entry_id)
+);
+ALTER SEQUENCE redpacket.ledger_entry_id_seq OWNED BY redpacket.ledger.entry_id;
+-- An activity is funded once and its remainder returned at most once.
+CREATE UNIQUE INDEX ledger_once ON redpacket.ledger (activity_id, kind);
+COMMENT ON TABLE redpacket.ledger IS
+    'Every money movement that is not a claim: the funding, and the remainder returned at close or expiry. Append-only.';
+
+CREATE TABLE redpacket.reconcile_state (
+    activity_id   bigint PRIMARY KEY,
+    last_claim_id bigint NOT NULL DEFAULT 0,
+    claimed       numeric NOT NULL DEFAULT 0,
+    claim_count   bigint NOT NULL DEFAULT 0,
+    settled       boolean NOT NULL DEFAULT false,
+    last_pass_at  timestamptz,
+    last_balance  numeric,
+    last_packets  bigint,
+    last_claims   bigint,
+    last_full_check_at timestamptz
+);
+COMMENT ON TABLE redpacket.reconcile_state IS
+    'Per-activity watermark of the incremental reconciliation: claims up to last_claim_id are summed into claimed and claim_count; last_balance, last_packets and last_claims are the stripe sums the last pass saw, so a pass over all activities can tell which changed.';
+
+CREATE SEQUENCE redpacket.reconciliation_pass_id_seq;
+
+CREATE TABLE redpacket.reconciliation (
+    activity_id      bigint NOT NULL,
+    pass_id          bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.reconciliation_pass_id_seq'),
+    checked_at       timestamptz NOT NULL,
+    full_check       boolean NOT NULL,
+    expected         numeric,
+    actual           numeric,
+    drift            numeric,
+    expected_packets bigint,
+    actual_packets   bigint,
+    expected_claims  bigint,
+    actual_claims    bigint,
+    negative_stripes integer,
+    new_claims       bigint,
+    ok               boolean NOT NULL,
+    problems         text[],
+    error            text,
+    PRIMARY KEY (activity_id, pass_id)
+);
+ALTER SEQUENCE redpacket.reconciliation_pass_id_seq OWNED BY redpacket.reconciliation.pass_id;
+COMMENT ON TABLE redpacket.reconciliation IS
+    'One row per activity per reconciliation pass: expected = funded - returned - sum of claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
+
+-- Append-only guard --------------------------------------------------------
+
+CREATE FUNCTION redpacket.refuse_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'insufficient_privilege',
+        MESSAGE = pg_catalog.format('%s on %I.%I is not allowed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+        DETAIL = 'Claims, ledger entries and reconciliation records are append-only.',
+        HINT = 'Money moves only through the redpacket functions; correct a mistake with a new entry.';
+END;
+$$;
+COMMENT ON FUNCTION redpacket.refuse_change() IS
+    'Trigger function that refuses UPDATE, DELETE and TRUNCATE on the append-only tables.';
+
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.claim
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.claim
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.ledger
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.reconciliation
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.reconciliation
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+
+-- Functions ----------------------------------------------------------------
+
+CREATE FUNCTION redpacket.rp_create_activity(
+    total          numeric,
+    packets        integer DEFAULT NULL,
+    starts_at      timestamptz DEFAULT pg_catalog.now(),
+    ends_at        timestamptz DEFAULT NULL,
+    stripes        integer DEFAULT NULL,
+    name           text DEFAULT NULL,
+    scale          integer DEFAULT 2,
+    per_user_limit integer DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_create_activity'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer) IS
+    'Funds a new activity with total (split over stripes sub-balances) and returns its id; packets caps the number of claims and enables lucky draws.';
+
+CREATE FUNCTION redpacket.rp_claim(
+    activity   bigint,
+    user_id    text,
+    amount     numeric DEFAULT NULL,
+    request_id text DEFAULT NULL)
+RETURNS redpacket.claim_result
+AS 'MODULE_PATHNAME', 'rp_claim_v13'
+LANGUAGE C VOLATILE SECURITY DEFINER;
+-- No SET search_path: the C code pins it before it runs any statement or
+-- evaluates anything a user wrote (src/base.c, RpPinSearchPath), and the
+-- fast path, which does neither, skips the cost of the SET.  The symbol is
+-- new in 1.3: a backend still running an older library refuses the call
+-- instead of running it unpinned.
+COMMENT ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) IS
+    'Claims from an activity: records the claim and decrements a stripe in the caller''s transaction. amount NULL draws a lucky amount. Business outcomes are statuses, bad input is an error.';
+
+CREATE FUNCTION redpacket.rp_claim_batch(
+    activity    bigint,
+    user_ids    text[],
+    amounts     numeric[] DEFAULT NULL,
+    request_ids text[] DEFAULT NULL)
+RETURNS TABLE (ord integer, user_id text, status redpacket.claim_status,
+               claim_id bigint, amount numeric, claimed_at timestamptz)
+AS 'MODULE_PATHNAME', 'rp_claim_batch'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100;
+COMMENT ON FUNCTION redpacket.rp_claim_batch(bigint, text[], numeric[], text[]) IS
+    'Many claims on one activity in one call, element by element in array order, with the same outcomes as rp_claim; any bad element makes the whole call an error.';
+
+CREATE FUNCTION redpacket.rp_close_activity(activity bigint)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'rp_close_activity'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_close_activity(bigint) IS
+    'Ends the activity now, returns the unclaimed remainder to the funder in the ledger, and returns that remainder (0 when already settled).';
+
+CREATE FUNCTION redpacket.rp_freeze(activity bigint, reason text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rp_freeze'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_freeze(bigint, text) IS
+    'Operator hold: new claims get status frozen until rp_unfreeze.';
+
+CREATE FUNCTION redpacket.rp_unfreeze(activity bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rp_unfreeze'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_unfreeze(bigint) IS
+    'Lifts an operator or reconciliation freeze.';
+
+CREATE FUNCTION redpacket.rp_reconcile(activity bigint DEFAULT NULL, full_check boolean DEFAULT false)
+RETURNS SETOF redpacket.reconciliation
+AS 'MODULE_PATHNAME', 'rp_reconcile'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_reconcile(bigint, boolean) IS
+    'One reconciliation pass over one activity, or over every activity that changed since its last pass; settles expired activities. full_check re-sums every claim instead of only the new ones. Returns nothing when another pass is running.';
+
+-- Operator view ------------------------------------------------------------
+
+CREATE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       a.total,
+       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
+               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.sum(l.amount) AS returned
+    FROM redpacket.ledger l
+    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
+      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true;
+COMMENT ON VIEW redpacket.activity_status IS
+    'One row per activity for operators: state (scheduled, active, exhausted, ended, frozen), claimed and remaining amounts and packets, last reconciliation.';
+COMMENT ON COLUMN redpacket.activity_status.last_full_check_at IS
+    'When every claim of the activity was last re-summed by a full check (worker or rp_reconcile(..., true)); NULL when never.';
+
+-- Role helpers ----------------------------------------------------------------
+-- Run by the extension owner (or a superuser): they grant exactly what the
+-- README's roles section describes, nothing more.
+
+CREATE FUNCTION redpacket.rp_grant_app(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text),'
+        ' redpacket.rp_claim_batch(bigint, text[], numeric[], text[]),'
+        ' redpacket.rp_activity_info(bigint) TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
+    'Grants an application role what it needs to claim: USAGE on the schema and EXECUTE on rp_claim, rp_claim_batch and the read-only rp_activity_info.';
+
+CREATE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role must not be NULL';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION'
+        ' redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer),'
+        ' redpacket.rp_close_activity(bigint), redpacket.rp_freeze(bigint, text),'
+        ' redpacket.rp_unfreeze(bigint), redpacket.rp_reconcile(bigint, boolean),'
+        ' redpacket.rp_activity_info(bigint), redpacket.rp_activity_stats(),'
+        ' redpacket.rp_stats_reset(bigint) TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean) TO %s', role);
+    EXECUTE pg_catalog.format(
+        'GRANT SELECT ON redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,'
+        ' redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_status,'
+        ' redpacket.activity_stats, redpacket.reconciler, redpacket.reconciler_status TO %s', role);
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
+    'Grants an operator role the admin functions (create, close, freeze, unfreeze, reconcile, rp_reconcile_strict), the counters (activity_stats, rp_stats_reset), rp_activity_info, and SELECT on the tables and views.';
+
+-- Privileges: nothing for PUBLIC; the owner grants application and operator
+-- roles what they need (see rp_grant_app / rp_grant_operator).
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA redpacket FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA redpacket FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA redpacket FROM PUBLIC;
+
+-- pg_dump keeps the data of extension tables only when told to.
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.stripe', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.ledger', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.ledger_entry_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconcile_state', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconciliation', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.reconciliation_pass_id_seq', '');
+
+-- [rec] Reconciler 1.1: failed checks by name, error rows, full-check times,
+-- the reconciler's own status. ----------------------------------------------
+
+COMMENT ON COLUMN redpacket.reconciliation.problems IS
+    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), error; empty when ok; NULL on rows written by 1.0.';
+COMMENT ON COLUMN redpacket.reconciliation.error IS
+    'Message of the error that stopped the check of this activity (problems = {error}); the pass went on with the next activity.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS
+    'When every claim of the activity was last re-summed (a full check); NULL when never.';
+
+CREATE TABLE redpacket.reconciler (
+    singleton             boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    last_pass_started_at  timestamptz,
+    last_pass_finished_at timestamptz,
+    last_pass_ms          numeric,
+    activities_checked    integer,
+    failures              integer
+);
+COMMENT ON TABLE redpacket.reconciler IS
+    'The reconciler''s own status in this database: one row, overwritten by every pass over all activities (worker or rp_reconcile()). Not dumped: it describes this server''s passes, not the data.';
+COMMENT ON COLUMN redpacket.reconciler.singleton IS 'Always true: the table has one row.';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_started_at IS 'Start of the last pass over all activities.';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_finished_at IS 'End of the last pass over all activities.';
+COMMENT ON COLUMN redpacket.reconciler.last_pass_ms IS 'Duration of the last pass in milliseconds.';
+COMMENT ON COLUMN redpacket.reconciler.activities_checked IS 'Activities the last pass checked.';
+COMMENT ON COLUMN redpacket.reconciler.failures IS 'Activities of the last pass whose check failed, could not run, or found the activity incomplete.';
+INSERT INTO redpacket.reconciler (singleton) VALUES (true);
+
+CREATE VIEW redpacket.reconciler_status AS
+SELECT pg_catalog.current_database() AS database,
+       r.last_pass_started_at,
+       r.last_pass_finished_at,
+       r.last_pass_ms,
+       r.activities_checked,
+       r.failures,
+       CASE WHEN i.every OPERATOR(pg_catalog.>) '0'::pg_catalog.interval
+            THEN COALESCE(r.last_pass_finished_at OPERATOR(pg_catalog.+) i.every, pg_catalog.now())
+       END AS next_due_at,
+       f.last_full_check_at
+FROM (SELECT pg_catalog.current_setting('redpacket.reconcile_interval', true)::pg_catalog.interval
+             AS every) i
+LEFT JOIN redpacket.reconciler r ON true
+CROSS JOIN (SELECT pg_catalog.min(s.last_full_check_at) AS last_full_check_at
+              FROM redpacket.reconcile_state s) f;
+COMMENT ON VIEW redpacket.reconciler_status IS
+    'The reconciler in this database: the last pass over all activities (start, end, duration, activities checked, failures), when the worker''s next pass is due (NULL when paused or the library is not loaded), and last_full_check_at, the time since which every activity has had a full check (NULL while any never had one).';
+COMMENT ON COLUMN redpacket.reconciler_status.database IS 'This database.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_started_at IS 'Start of the last pass over all activities.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_finished_at IS 'End of the last pass over all activities.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_pass_ms IS 'Duration of the last pass in milliseconds.';
+COMMENT ON COLUMN redpacket.reconciler_status.activities_checked IS 'Activities the last pass checked.';
+COMMENT ON COLUMN redpacket.reconciler_status.failures IS 'Activities of the last pass that failed a check, could not be checked, or were incomplete.';
+COMMENT ON COLUMN redpacket.reconciler_status.next_due_at IS 'last_pass_finished_at + redpacket.reconcile_interval; NULL when the worker is paused or not loaded.';
+COMMENT ON COLUMN redpacket.reconciler_status.last_full_check_at IS 'Oldest of the activities'' last full checks: every activity was fully checked since then.';
+REVOKE ALL ON redpacket.reconciler, redpacket.reconciler_status FROM PUBLIC;
+
+-- [rec] A pass for schedulers that fails when a check fails.  A procedure,
+-- so that it can commit what the pass recorded (rows, freezes) before it
+-- raises the error a scheduler sees; SECURITY INVOKER (a procedure with
+-- SECURITY DEFINER or SET cannot commit), so every name in it is qualified
+-- and the caller needs EXECUTE on rp_reconcile (rp_grant_operator).
+CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false)
+LANGUAGE plpgsql AS $$
+DECLARE
+    checked pg_catalog.int8;
+    failed pg_catalog.int8;
+    which pg_catalog.text;
+BEGIN
+    -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
+    -- below is qualified or typed, and the path is pinned for its statements.
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF full_check IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'full_check must not be NULL';
+    END IF;
+    SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE NOT r.ok),
+           pg_catalog.string_agg(r.activity_id::pg_catalog.text, ', ') FILTER (WHERE NOT r.ok)
+      INTO checked, failed, which
+      FROM redpacket.rp_reconcile(NULL::pg_catalog.int8, full_check) r;
+    COMMIT;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'data_corrupted',
+            MESSAGE = pg_catalog.format('redpacket reconciliation failed for %s of %s activities', failed, checked),
+            DETAIL = pg_catalog.format('Failed activities: %s.', which),
+            HINT = 'The failed checks are recorded in redpacket.reconciliation (problems, error); the pass itself was committed.';
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean) IS
+    'rp_reconcile() for schedulers (CALL it, outside a transaction block): commits the pass, then raises SQLSTATE XX001 when any check failed, so pg_cron records the run as failed.';
+REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean) FROM PUBLIC;
+
+-- [ops] Counters, the application's read-only view of an activity, role helpers
+
+CREATE FUNCTION redpacket.rp_activity_stats(
+    OUT activity_id bigint,
+    OUT duplicate bigint,
+    OUT frozen bigint,
+    OUT not_started bigint,
+    OUT ended bigint,
+    OUT user_limit bigint,
+    OUT exhausted bigint,
+    OUT claimed bigint,
+    OUT stripe_waits bigint,
+    OUT gathers bigint,
+    OUT errors bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'rp_activity_stats'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
+    'The shared-memory counters of this database''s activities (empty unless redpacket is in shared_preload_libraries); a row with a NULL activity_id holds the events of activities that found the table full. Read it through the activity_stats view.';
+
+CREATE FUNCTION redpacket.rp_stats_reset(activity bigint DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_stats_reset'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_stats_reset(bigint) IS
+    'Forgets the counters of one activity of this database, or with NULL of all of them and the untracked counters; returns how many activities were forgotten. Also frees the counters of dropped databases and of a dropped installation of the extension.';
+
+CREATE VIEW redpacket.activity_stats AS
+SELECT activity_id, claimed, duplicate, exhausted, frozen, ended, not_started, user_limit,
+       stripe_waits, gathers, errors
+FROM redpacket.rp_activity_stats();
+COMMENT ON VIEW redpacket.activity_stats IS
+    'Answers and events per activity of this database since the server started, CREATE EXTENSION or rp_stats_reset(): kept in shared memory, lost on restart, empty unless redpacket is in shared_preload_libraries.';
+COMMENT ON COLUMN redpacket.activity_stats.activity_id IS 'The activity; NULL for the row of events of activities that did not fit in redpacket.stats_max_activities (all databases).';
+COMMENT ON COLUMN redpacket.activity_stats.claimed IS 'Answers claimed (new claims recorded; counted when answered, even if the caller later rolled back).';
+COMMENT ON COLUMN redpacket.activity_stats.duplicate IS 'Answers duplicate (retries or second grabs).';
+COMMENT ON COLUMN redpacket.activity_stats.exhausted IS 'Answers exhausted (budget or packets could not cover the claim).';
+COMMENT ON COLUMN redpacket.activity_stats.frozen IS 'Answers frozen.';
+COMMENT ON COLUMN redpacket.activity_stats.ended IS 'Answers ended (after ends_at or close).';
+COMMENT ON COLUMN redpacket.activity_stats.not_started IS 'Answers not_started (before starts_at).';
+COMMENT ON COLUMN redpacket.activity_stats.user_limit IS 'Answers user_limit (the user already held per_user_limit claims).';
+COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited for a busy stripe lock.';
+COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
+COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
+
+CREATE FUNCTION redpacket.rp_activity_info(activity bigint)
+RETURNS TABLE (state text, remaining_amount numeric, remaining_packets bigint,
+               starts_at timestamptz, ends_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF activity IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'activity must not be NULL';
+    END IF;
+    RETURN QUERY
+        SELECT s.state, s.remaining_amount, s.remaining_packets, s.starts_at, s.ends_at
+          FROM redpacket.activity_status s
+         WHERE s.id OPERATOR(pg_catalog.=) rp_activity_info.activity;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = pg_catalog.format('activity %s does not exist', activity);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_activity_info(bigint) IS
+    'Read-only view of one activity for applications: its state (scheduled, active, exhausted, ended, frozen), remaining amount and packets, start and end. Granted by rp_grant_app.';
+
+REVOKE ALL ON FUNCTION redpacket.rp_activity_stats(), redpacket.rp_stats_reset(bigint),
+    redpacket.rp_activity_info(bigint) FROM PUBLIC;
+REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
+
+-- [ops] A comment on every object: psql's \d+ and \df+ are the operator's manual
+COMMENT ON SCHEMA redpacket IS
+    'redpacket: lucky-money activities, claims, ledger and reconciliation, enforced in the database. Money moves only through the rp_* functions.';
+COMMENT ON SEQUENCE redpacket.activity_id_seq IS 'Ids of activities.';
+COMMENT ON SEQUENCE redpacket.claim_id_seq IS 'Ids of claims, in the order stripe locks are granted (no CACHE: the reconciliation watermark relies on it).';
+COMMENT ON SEQUENCE redpacket.ledger_entry_id_seq IS 'Ids of ledger entries.';
+COMMENT ON SEQUENCE redpacket.reconciliation_pass_id_seq IS 'Ids of reconciliation rows; a later pass has a larger id.';
+COMMENT ON COLUMN redpacket.activity.id IS 'Activity id, returned by rp_create_activity.';
+COMMENT ON COLUMN redpacket.activity.name IS 'Free-form label given at creation; not unique.';
+COMMENT ON COLUMN redpacket.activity.starts_at IS 'Claims before this time get not_started.';
+COMMENT ON COLUMN redpacket.activity.ends_at IS 'Claims at or after this time get ended; NULL means open-ended.';
+COMMENT ON COLUMN redpacket.activity.frozen_at IS 'When the current freeze began; NULL while not frozen.';
+COMMENT ON COLUMN redpacket.activity.created_at IS 'When the activity was created.';
+COMMENT ON COLUMN redpacket.activity.created_by IS 'Session user who created the activity.';
+COMMENT ON COLUMN redpacket.stripe.activity_id IS 'The activity this stripe belongs to.';
+COMMENT ON COLUMN redpacket.stripe.stripe IS 'Stripe number, 0 to stripes - 1.';
+COMMENT ON COLUMN redpacket.claim.activity_id IS 'The activity claimed from.';
+COMMENT ON COLUMN redpacket.claim.claim_id IS 'Claim id, returned by rp_claim.';
+COMMENT ON COLUMN redpacket.claim.user_id IS 'The application''s user id (opaque, at most 256 bytes, compared byte-wise).';
+COMMENT ON COLUMN redpacket.claim.request_id IS 'The caller''s request id, required when per_user_limit is above 1; NULL otherwise.';
+COMMENT ON COLUMN redpacket.claim.amount IS 'Amount paid, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.claim.claimed_at IS 'When the claim was recorded.';
+COMMENT ON COLUMN redpacket.ledger.activity_id IS 'The activity the money moved for.';
+COMMENT ON COLUMN redpacket.ledger.entry_id IS 'Ledger entry id.';
+COMMENT ON COLUMN redpacket.ledger.kind IS 'fund (the budget, once at creation) or return (the remainder, once at close or expiry).';
+COMMENT ON COLUMN redpacket.ledger.amount IS 'Amount moved, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.ledger.reason IS 'Why the money moved (creation, close, expiry).';
+COMMENT ON COLUMN redpacket.ledger.created_at IS 'When the entry was recorded.';
+COMMENT ON COLUMN redpacket.ledger.created_by IS 'Session user (or the reconciler''s role) who recorded the entry.';
+COMMENT ON COLUMN redpacket.reconcile_state.activity_id IS 'The activity this watermark belongs to.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_claim_id IS 'Claims with ids up to this one are summed into claimed and claim_count.';
+COMMENT ON COLUMN redpacket.reconcile_state.claimed IS 'Sum of the amounts of the claims up to last_claim_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.claim_count IS 'Number of claims up to last_claim_id.';
+COMMENT ON COLUMN redpacket.reconcile_state.settled IS 'True once an expired activity''s remainder was returned by a pass.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_pass_at IS 'When a pass last checked this activity.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_balance IS 'Sum of the stripe balances the last pass saw.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_packets IS 'Sum of the stripe packet counts the last pass saw.';
+COMMENT ON COLUMN redpacket.reconcile_state.last_claims IS 'Sum of the stripe claim counters the last pass saw.';
+COMMENT ON COLUMN redpacket.reconciliation.activity_id IS 'The activity checked.';
+COMMENT ON COLUMN redpacket.reconciliation.pass_id IS 'Row id; later passes have larger ids.';
+COMMENT ON COLUMN redpacket.reconciliation.checked_at IS 'When the pass checked the activity.';
+COMMENT ON COLUMN redpacket.reconciliation.full_check IS 'True when every claim was re-summed, false when only claims past the watermark were.';
+COMMENT ON COLUMN redpacket.reconciliation.expected IS 'funded - returned - sum of claims, in currency units; NULL when the check could not run (problems = {error}).';
+COMMENT ON COLUMN redpacket.reconciliation.actual IS 'Sum of the stripe balances, in currency units; NULL when the check could not run (problems = {error}).';
+COMMENT ON COLUMN redpacket.reconciliation.drift IS 'actual - expected; 0 when the books balance.';
+COMMENT ON COLUMN redpacket.reconciliation.expected_packets IS 'packets - number of claims, 0 once the activity is closed; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.reconciliation.actual_packets IS 'Sum of the stripe packet counts; NULL when the activity has no packet cap.';
+COMMENT ON COLUMN redpacket.reconciliation.expected_claims IS 'Number of claims in the claim table.';
+COMMENT ON COLUMN redpacket.reconciliation.actual_claims IS 'Sum of the stripe claim counters.';
+COMMENT ON COLUMN redpacket.reconciliation.negative_stripes IS 'Stripes with a negative balance or packet count (must be 0).';
+COMMENT ON COLUMN redpacket.reconciliation.new_claims IS 'Claims this pass counted past the previous watermark.';
+COMMENT ON COLUMN redpacket.reconciliation.ok IS 'True when every check held; false raises an alert (and freezes when redpacket.freeze_on_mismatch is on).';
+COMMENT ON COLUMN redpacket.activity_status.id IS 'Activity id.';
+COMMENT ON COLUMN redpacket.activity_status.name IS 'Activity name.';
+COMMENT ON COLUMN redpacket.activity_status.state IS 'scheduled, active, exhausted, ended or frozen (frozen wins over the others).';
+COMMENT ON COLUMN redpacket.activity_status.scale IS 'Fractional digits of the currency unit.';
+COMMENT ON COLUMN redpacket.activity_status.total IS 'Funded budget.';
+COMMENT ON COLUMN redpacket.activity_status.claimed_amount IS 'total - returned - remaining: what claims have taken.';
+COMMENT ON COLUMN redpacket.activity_status.claimed_count IS 'Claims recorded (sum of the stripe claim counters).';
+COMMENT ON COLUMN redpacket.activity_status.remaining_amount IS 'Budget still claimable (sum of the stripe balances).';
+COMMENT ON COLUMN redpacket.activity_status.remaining_packets IS 'Packets still claimable; NULL when there is no packet cap.';
+COMMENT ON COLUMN redpacket.activity_status.stripes IS 'Number of stripes.';
+COMMENT ON COLUMN redpacket.activity_status.starts_at IS 'When claims open.';
+COMMENT ON COLUMN redpacket.activity_status.ends_at IS 'When claims close; NULL means open-ended.';
+COMMENT ON COLUMN redpacket.activity_status.last_reconciled_at IS 'When a reconciliation pass last checked this activity; NULL if never. An activity that did not change is not checked again, so an old value alone is not a problem.';
+COMMENT ON COLUMN redpacket.activity_status.last_reconcile_ok IS 'Result of the latest check of this activity.';
+COMMENT ON COLUMN redpacket.activity_status.frozen_reason IS 'Why the activity is frozen; NULL when it is not.';
+-- [life] Drop guard -------------------------------------------------------------
+-- DROP EXTENSION redpacket (or DROP SCHEMA redpacket CASCADE, or DROP OWNED BY
+-- its owner) would delete every claim and ledger entry with the tables; the
+-- guard refuses that unless redpacket.allow_drop is on.  An event trigger the
+-- extension owns: pg_dump leaves it to CREATE EXTENSION, and calling its
+-- function loads the library in any session.
+
+CREATE FUNCTION redpacket.rp_drop_guard() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_drop_guard'
+LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_drop_guard() IS
+    'Event trigger function: refuses DROP EXTENSION redpacket, DROP SCHEMA redpacket CASCADE and DROP OWNED BY the extension owner while claims or ledger entries exist, unless redpacket.allow_drop is on.';
+REVOKE ALL ON FUNCTION redpacket.rp_drop_guard() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_drop_guard ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION redpacket.rp_drop_guard();
+-- also under session_replication_role = replica
+ALTER EVENT TRIGGER redpacket_drop_guard ENABLE ALWAYS;
+COMMENT ON EVENT TRIGGER redpacket_drop_guard IS
+    'Refuses to drop redpacket''s tables while they hold money records (see redpacket.allow_drop).';
+
+-- [life] Publication for wallets and CDC ------------------------------------------
+-- Claims and ledger entries as a logical-replication stream for a wallet
+-- service or a Debezium-style consumer (README "Crediting wallets").  Made
+-- here, or completed when it survived a DROP EXTENSION.  PostgreSQL 15 cannot
+-- make a publication an extension member, so the publication keeper (event
+-- triggers below, src/guard.c) puts claim and ledger back into it when a
+-- dump recreates it.  It needs wal_level = logical only when someone
+-- subscribes; PostgreSQL's warning about that is silenced here (client and
+-- server log) and documented instead.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication
+                    WHERE pubname OPERATOR(pg_catalog.=) 'redpacket_events') THEN
+        SET LOCAL client_min_messages = error;
+        SET LOCAL log_min_messages = error;
+        CREATE PUBLICATION redpacket_events FOR TABLE redpacket.claim, redpacket.ledger;
+    ELSE
+        ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim, redpacket.ledger;
+    END IF;
+END
+$$;
+COMMENT ON PUBLICATION redpacket_events IS
+    'Every claim and ledger entry, for subscribers that credit wallets; consumers are idempotent on (activity_id, claim_id) for claims and (activity_id, entry_id) for ledger entries. Kept by the redpacket_publication_* event triggers.';
+
+-- Not SECURITY DEFINER: it drops and alters the publication with the rights
+-- of whoever runs CREATE PUBLICATION, so a role that may not own
+-- redpacket_events cannot make it do so.
+CREATE FUNCTION redpacket.rp_publication_keeper() RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'rp_publication_keeper'
+LANGUAGE C SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
+    'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it.';
+REVOKE ALL ON FUNCTION redpacket.rp_publication_keeper() FROM PUBLIC;
+
+CREATE EVENT TRIGGER redpacket_publication_start ON ddl_command_start
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+CREATE EVENT TRIGGER redpacket_publication_end ON ddl_command_end
+    WHEN TAG IN ('CREATE PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+COMMENT ON EVENT TRIGGER redpacket_publication_start IS
+    'Before CREATE PUBLICATION redpacket_events (from a dump): drops the one CREATE EXTENSION made.';
+COMMENT ON EVENT TRIGGER redpacket_publication_end IS
+    'After CREATE PUBLICATION redpacket_events (from a dump): puts redpacket.claim and redpacket.ledger into it.';
+
+-- [pg18] Restoring a dump of PostgreSQL 18's pg_dump ----------------------------
+-- That pg_dump also writes the publication's tables (ALTER PUBLICATION
+-- redpacket_events ADD TABLE ONLY redpacket.claim, ... after the CREATE
+-- PUBLICATION, which the keeper has completed already): before such a
+-- command the keeper drops the table from the publication when the keeper
+-- put it there (no column list, no row filter), and the command adds it.
+CREATE EVENT TRIGGER redpacket_publication_alter ON ddl_command_start
+    WHEN TAG IN ('ALTER PUBLICATION')
+    EXECUTE FUNCTION redpacket.rp_publication_keeper();
+COMMENT ON EVENT TRIGGER redpacket_publication_alter IS
+    'Before ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim or redpacket.ledger (from a dump): drops the table from the publication if it is in it without a column list or row filter, so that the command adds it instead of failing.';
+COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
+    'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it; before ALTER PUBLICATION redpacket_events ADD TABLE of claim or ledger, takes out the copy it put in.';
+
+-- [life] Restore procedure ------------------------------------------------------
+-- CALL redpacket.rp_pre_restore() before restoring a dump into this database
+-- and CALL redpacket.rp_post_restore() after it (README "Backup and
+-- restore").  Between them no reconciliation pass writes anything here.
+-- Procedures without SET clauses so that they can commit; every name in
+-- them is qualified.  Superuser only: redpacket.restoring is PGC_SUSET.
+
+CREATE PROCEDURE redpacket.rp_pre_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    clean integer := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET redpacket.restoring = on',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'on', false);
+    COMMIT;
+    -- a pass that began before the commit may still be checking one
+    -- activity: wait until no pass holds the reconciliation lock (advisory
+    -- lock kind 0x5203 = 20995 in this database), seen free twice in a row
+    WHILE clean < 2 LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+                      AND l.objsubid OPERATOR(pg_catalog.=) 20995
+                      AND l.database OPERATOR(pg_catalog.=)
+                          (SELECT d.oid FROM pg_catalog.pg_database d
+                            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())) THEN
+            clean := 0;
+        ELSE
+            clean := clean OPERATOR(pg_catalog.+) 1;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(0.1);
+    END LOOP;
+    RAISE NOTICE 'redpacket: restore mode is on for database %', pg_catalog.current_database()
+        USING HINT = 'Restore the dump, then CALL redpacket.rp_post_restore().';
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_pre_restore() IS
+    'Before a restore into this database: sets redpacket.restoring = on for the database and the session (no reconciliation pass writes while it is on) and waits for a running pass to finish.';
+REVOKE ALL ON PROCEDURE redpacket.rp_pre_restore() FROM PUBLIC;
+
+CREATE PROCEDURE redpacket.rp_post_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    r record;
+    deadline timestamptz;
+    checked bigint := 0;
+    failed bigint := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I RESET redpacket.restoring',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'off', false);
+    COMMIT;
+    -- a full check of every activity, one transaction each (so the locks of
+    -- one activity at a time are held); a pass of the worker running at the
+    -- same moment makes rp_reconcile return no row: wait and try again
+    FOR a IN SELECT act.id FROM redpacket.activity act ORDER BY act.id LOOP
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '60 s';
+        LOOP
+            SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.count(*) FILTER (WHERE NOT x.ok) AS bad
+              INTO r FROM redpacket.rp_reconcile(a.id, true) x;
+            EXIT WHEN r.n OPERATOR(pg_catalog.>) 0;
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) deadline THEN
+                RAISE EXCEPTION 'redpacket: activity % could not be checked within 60 s', a.id
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Another reconciliation pass kept running; CALL redpacket.rp_post_restore() again.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+        END LOOP;
+        checked := checked OPERATOR(pg_catalog.+) 1;
+        failed := failed OPERATOR(pg_catalog.+) r.bad;
+        COMMIT;
+    END LOOP;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'redpacket: restore finished, % activities checked, % failed', checked, failed
+            USING HINT = 'See redpacket.reconciliation for the failed checks.';
+    ELSE
+        RAISE NOTICE 'redpacket: restore finished, % activities checked, all ok', checked;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
+    'After a restore into this database: clears redpacket.restoring for the database and the session, then fully checks every activity, one transaction each. CALL it outside a transaction block.';
+REVOKE ALL ON PROCEDURE redpacket.rp_post_restore() FROM PUBLIC;
+
+-- [citus] Scale-out on Citus (issue 13) ------------------------------------------
+-- rp_distribute() turns an installed redpacket into a Citus-distributed one;
+-- rp_node_sequences() is its per-node part.  Both are for the extension owner
+-- (a superuser on a Citus cluster) and granted to nobody.
+
+CREATE FUNCTION redpacket.rp_node_sequences() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grp  bigint;
+    seq  text;
+    top  bigint;
+    last bigint;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            HINT = 'Run CREATE EXTENSION citus on every node first.';
+    END IF;
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp IS NULL OR grp OPERATOR(pg_catalog.<) 0 OR grp OPERATOR(pg_catalog.>) 32766 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('this node has no usable Citus group id (%s)', grp),
+            HINT = 'Add the node to the cluster with citus_add_node() on the coordinator first.';
+    END IF;
+    -- Node group g hands out ids in [g * 2^48 + 1, (g + 1) * 2^48 - 1].
+    top := ((grp OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.-) 1;
+    FOREACH seq IN ARRAY ARRAY['activity_id_seq', 'claim_id_seq', 'ledger_entry_id_seq',
+                               'reconciliation_pass_id_seq'] LOOP
+        last := GREATEST(
+            pg_catalog.pg_sequence_last_value(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass),
+            grp OPERATOR(pg_catalog.<<) 48);
+        IF last OPERATOR(pg_catalog.>=) top THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'sequence_generator_limit_exceeded',
+                MESSAGE = pg_catalog.format('sequence redpacket.%I is beyond the range of node group %s', seq, grp);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER SEQUENCE redpacket.%I MAXVALUE %s', seq, top);
+        -- setval, not RESTART: the sequence then reports its last value, which
+        -- the reconciler's completeness check compares ids against.
+        IF last OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.setval(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass, last, true);
+        END IF;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_node_sequences() IS
+    'Citus: gives this node''s redpacket sequences the id range of its node group (group g: g*2^48+1 up to (g+1)*2^48-1), never going backwards, so ids drawn on different nodes never collide and claim ids of an activity keep rising on the node that holds it. Called by rp_distribute() on every node.';
+
+CREATE FUNCTION redpacket.rp_distribute(shard_count integer DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t      record;
+    f      text;
+    r      record;
+    mine   text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            DETAIL = 'rp_distribute() distributes redpacket''s tables with Citus.',
+            HINT = 'Preload citus before redpacket on every node, CREATE EXTENSION citus, add the workers, then call rp_distribute() on the coordinator.';
+    END IF;
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'rp_distribute() must run on the Citus coordinator',
+            HINT = 'Connect to the coordinator, or call citus_set_coordinator_host() there first.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n
+                    WHERE n.groupid OPERATOR(pg_catalog.<>) 0 AND n.isactive) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'the Citus cluster has no worker node',
+            HINT = 'Add the workers with citus_add_node() first.';
+    END IF;
+    -- Every worker must have the same redpacket (its functions run there).
+    SELECT e.extversion INTO mine FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket';
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 $q$SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'redpacket'$q$) LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM mine THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('worker %s:%s does not have redpacket %s', r.nodename, r.nodeport, mine),
+                DETAIL = pg_catalog.format('It answered: %s.', COALESCE(NULLIF(r.result, ''), 'not installed')),
+                HINT = 'Install the same redpacket on every node (shared_preload_libraries = ''citus,redpacket'', CREATE EXTENSION redpacket), then retry.';
+        END IF;
+    END LOOP;
+
+    -- No reconciliation pass (worker or rp_reconcile) may run while the tables
+    -- move: it would read half-moved data.  These locks make every pass on
+    -- this node wait until this transaction commits (create_distributed_table
+    -- takes them too, but one at a time; here all of them come first, in one
+    -- order).  The workers' passes: see the end.
+    LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
+               redpacket.reconcile_state, redpacket.reconciliation IN ACCESS EXCLUSIVE MODE;
+
+    PERFORM pg_catalog.set_config('citus.shard_replication_factor', '1', true);
+    -- The append-only triggers must hold on every shard.
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    IF shard_count IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.shard_count', shard_count::text, true);
+    END IF;
+
+    -- Every table is keyed by activity first; all colocated with activity, so
+    -- one activity's rows sit on one node.  No reference table: nothing is
+    -- shared between activities.
+    FOR t IN SELECT * FROM (VALUES (1, 'redpacket.activity', 'id'),
+                                   (2, 'redpacket.stripe', 'activity_id'),
+                                   (3, 'redpacket.claim', 'activity_id'),
+                                   (4, 'redpacket.ledger', 'activity_id'),
+                                   (5, 'redpacket.reconcile_state', 'activity_id'),
+                                   (6, 'redpacket.reconciliation', 'activity_id')) v(n, rel, col)
+             ORDER BY n LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                               WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.create_distributed_table(t.rel::pg_catalog.regclass, t.col,
+            colocate_with => CASE WHEN t.n OPERATOR(pg_catalog.=) 1 THEN 'none' ELSE 'redpacket.activity' END);
+        -- The rows now live in the shards; drop the invisible local copy
+        -- (the append-only guard must not fire for that: replica role).
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.set_config('session_replication_role', 'origin', true);
+    END LOOP;
+
+    -- Every function that takes our locks runs on the node holding the
+    -- activity, also inside an explicit transaction (force_delegation).
+    FOREACH f IN ARRAY ARRAY['redpacket.rp_claim(bigint, text, numeric, text)',
+                             'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])',
+                             'redpacket.rp_close_activity(bigint)',
+                             'redpacket.rp_freeze(bigint, text)',
+                             'redpacket.rp_unfreeze(bigint)'] LOOP
+        PERFORM pg_catalog.create_distributed_function(f::pg_catalog.regprocedure, distribution_arg_name => 'activity',
+            colocate_with => 'redpacket.activity', force_delegation => true);
+    END LOOP;
+    -- rp_reconcile(NULL) lists every activity: forced delegation would refuse
+    -- that query, so it is delegated only when called on its own.
+    PERFORM pg_catalog.create_distributed_function('redpacket.rp_reconcile(bigint, boolean)'::pg_catalog.regprocedure,
+        distribution_arg_name => 'activity', colocate_with => 'redpacket.activity');
+
+    -- Disjoint id ranges per node.
+    PERFORM redpacket.rp_node_sequences();
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 'SELECT redpacket.rp_node_sequences()') LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('could not set the sequences of worker %s:%s', r.nodename, r.nodeport),
+                DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- The lock above holds this node's passes only.  A worker's own pass
+    -- reads its copy of the tables, which Citus turns into distributed
+    -- tables when this transaction commits there: a pass planning its query
+    -- at that moment sees them change under it and fails.  The tables are
+    -- distributed now, so the same LOCK goes to every worker, inside this
+    -- transaction: their passes wait until the commit, or it waits for them.
+    LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
+               redpacket.reconcile_state, redpacket.reconciliation IN ACCESS EXCLUSIVE MODE;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_distribute(integer) IS
+    'Citus, on the coordinator: distributes every redpacket table by activity id (colocated with redpacket.activity, no reference table), delegates every function that takes redpacket''s locks to the node holding the activity (force_delegation, but rp_reconcile only in its own statement), and gives each node''s sequences a disjoint range; reconciliation passes on every node wait while it converts. Refuses without Citus, off the coordinator, or when a worker lacks the same redpacket.';
+
+REVOKE ALL ON FUNCTION redpacket.rp_node_sequences(), redpacket.rp_distribute(integer) FROM PUBLIC;
