@@ -9,12 +9,13 @@
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
        src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/reconcile.o src/worker.o \
-       src/launcher.o src/stats.o src/guard.o src/scaleout.o
+       src/launcher.o src/stats.o src/guard.o src/scaleout.o src/change.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
-       sql/redpacket--1.3.sql sql/redpacket--1.4.sql sql/redpacket--1.0--1.1.sql \
-       sql/redpacket--1.1--1.2.sql sql/redpacket--1.2--1.3.sql sql/redpacket--1.3--1.4.sql
+       sql/redpacket--1.3.sql sql/redpacket--1.4.sql \
+       sql/redpacket--1.0--1.1.sql sql/redpacket--1.1--1.2.sql \
+       sql/redpacket--1.2--1.3.sql sql/redpacket--1.3--1.4.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
 # The PostgreSQL to build for: the pg_config on the PATH (on Debian the
@@ -64,7 +65,7 @@ demo:
 	bash test/demo.sh
 
 # Every object depends on the shared header.
-$(OBJS): src/redpacket.h src/compat.h
+$(OBJS): $(wildcard src/*.h)
 
 # The allocator's own tests: a program built from src/alloc.c alone, for
 # tests only (never installed).

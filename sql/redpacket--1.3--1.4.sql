@@ -3,10 +3,213 @@
 -- 1.3 equals a fresh 1.4.
 \echo Use "ALTER EXTENSION redpacket UPDATE TO '1.4'" to load this file. \quit
 
--- [pg18] Restoring a dump of PostgreSQL 18's pg_dump ----------------------------
--- That pg_dump also writes the publication's tables (ALTER PUBLICATION
--- redpacket_events ADD TABLE ONLY redpacket.claim, ... after the CREATE
--- PUBLICATION, which the keeper has completed already): before such a
+-- The two statuses of 1.4, in the order rp_claim checks them.  (ALTER TYPE
+-- ... ADD VALUE may run in the update's transaction as long as nothing here
+-- uses the new values.)
+ALTER TYPE redpacket.claim_status ADD VALUE 'not_eligible' BEFORE 'user_limit';
+ALTER TYPE redpacket.claim_status ADD VALUE 'busy' BEFORE 'exhausted';
+COMMENT ON TYPE redpacket.claim_status IS
+    'Outcome of a claim, in the order rp_claim checks them: duplicate, frozen, not_started, ended, not_eligible, user_limit, busy, exhausted, claimed.';
+
+-- rp_claim pins its search path in its definition again (SET search_path),
+-- like every other SECURITY DEFINER function: a pin made in C only where the
+-- C code foresaw that user-written code could run missed a case.  Both claim
+-- functions are bound to symbols new in 1.4: a backend still running a
+-- library older than 1.4 knows neither eligibility lists nor the other 1.4
+-- rules, and refuses the call instead of running it.  CREATE OR REPLACE keeps
+-- the OIDs, owners, privileges and comments.
+CREATE OR REPLACE FUNCTION redpacket.rp_claim(
+    activity   bigint,
+    user_id    text,
+    amount     numeric DEFAULT NULL,
+    request_id text DEFAULT NULL)
+RETURNS redpacket.claim_result
+AS 'MODULE_PATHNAME', 'rp_claim_v14'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION redpacket.rp_claim_batch(
+    activity    bigint,
+    user_ids    text[],
+    amounts     numeric[] DEFAULT NULL,
+    request_ids text[] DEFAULT NULL)
+RETURNS TABLE (ord integer, user_id text, status redpacket.claim_status,
+               claim_id bigint, amount numeric, claimed_at timestamptz)
+AS 'MODULE_PATHNAME', 'rp_claim_batch_v14'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100;
+
+-- [engine] The claim engine ---------------------------------------------------
+-- revision: bumped, under every stripe lock of the activity, by any change
+-- of what a claim reads from the activity once and keeps (the schedule, the
+-- packet cap); a claim pays from a stripe only at the revision it read.
+-- dealt: amounts of a lucky draw drawn ahead for the whole activity (the
+-- double-mean method over its undealt money and packets) and dealt to this
+-- stripe; dealt_units and dealt_count are their sum and number, which
+-- balance and packets include.  Fixed amounts are paid from the rest.
+ALTER TABLE redpacket.activity ADD COLUMN revision bigint NOT NULL DEFAULT 0;
+COMMENT ON COLUMN redpacket.activity.revision IS
+    'Bumped by every change of the schedule or the packet cap; the stripes carry the same number.';
+ALTER TABLE redpacket.stripe
+    ADD COLUMN revision bigint NOT NULL DEFAULT 0,
+    ADD COLUMN dealt bigint[],
+    ADD COLUMN dealt_units bigint NOT NULL DEFAULT 0,
+    ADD COLUMN dealt_count integer NOT NULL DEFAULT 0;
+COMMENT ON COLUMN redpacket.stripe.revision IS
+    'The activity''s revision this stripe was last brought to; a claim pays from it only at the revision it read.';
+COMMENT ON COLUMN redpacket.stripe.dealt IS
+    'Lucky-draw amounts (minor units) drawn ahead for the whole activity and dealt to this stripe, next first; NULL when none.';
+COMMENT ON COLUMN redpacket.stripe.dealt_units IS 'Sum of dealt (included in balance).';
+COMMENT ON COLUMN redpacket.stripe.dealt_count IS 'Number of dealt amounts (included in packets).';
+
+-- Ledger entries of 1.4: top_up and withdraw (an operator changes a live
+-- budget, any number of times), refund (a claim reversed after its activity
+-- was settled goes back to the funder).  The funding and the return of the
+-- remainder stay at most one each.
+ALTER TABLE redpacket.ledger DROP CONSTRAINT ledger_kind_check;
+ALTER TABLE redpacket.ledger ADD CONSTRAINT ledger_kind_check
+    CHECK (kind IN ('fund', 'top_up', 'withdraw', 'return', 'refund'));
+DROP INDEX redpacket.ledger_once;
+CREATE UNIQUE INDEX ledger_once ON redpacket.ledger (activity_id, kind)
+    WHERE kind IN ('fund', 'return');
+COMMENT ON INDEX redpacket.ledger_once IS
+    'An activity is funded once and its remainder returned at most once.';
+COMMENT ON COLUMN redpacket.ledger.kind IS
+    'fund (the budget, once at creation), top_up and withdraw (an operator changed the budget), return (the remainder, once at close or expiry), refund (a claim reversed after settlement, back to the funder).';
+
+-- How many packets an entry adds to (fund, top_up) or takes from the cap;
+-- NULL when it moves none.  activity.total and activity.packets keep what
+-- the activity was created with; the funded total and the packet cap of
+-- today are the sums of the ledger.
+ALTER TABLE redpacket.ledger ADD COLUMN packets integer;
+COMMENT ON COLUMN redpacket.ledger.packets IS
+    'Packets this entry adds to the cap (fund: the cap at creation; top_up: the packets added); NULL when it moves none. Entries written before 1.4 have NULL (their fund entry''s packets are activity.packets).';
+
+-- Every change of an activity after its creation, whatever made it: the
+-- operator's (top_up, withdraw, set_window, freeze, unfreeze, close, allow,
+-- disallow, reverse), the reconciler's (settle, freeze).  Append-only;
+-- written by RpRecordChange (src/change.c).
+CREATE SEQUENCE redpacket.activity_change_id_seq;
+CREATE TABLE redpacket.activity_change (
+    activity_id bigint NOT NULL,
+    change_id   bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.activity_change_id_seq'),
+    changed_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    changed_by  name NOT NULL DEFAULT pg_catalog.session_user(),
+    kind        text NOT NULL CHECK (kind IN ('top_up', 'withdraw', 'set_window', 'freeze',
+                                              'unfreeze', 'close', 'settle', 'allow',
+                                              'disallow', 'reverse', 'repair')),
+    before      jsonb,
+    after       jsonb,
+    reason      text,
+    PRIMARY KEY (activity_id, change_id)
+);
+ALTER SEQUENCE redpacket.activity_change_id_seq OWNED BY redpacket.activity_change.change_id;
+COMMENT ON SEQUENCE redpacket.activity_change_id_seq IS 'Ids of activity changes.';
+COMMENT ON TABLE redpacket.activity_change IS
+    'One row per change of an activity after its creation, whoever made it (operator or reconciler): what it was before, what it is after, and why. Append-only.';
+COMMENT ON COLUMN redpacket.activity_change.activity_id IS 'The activity changed.';
+COMMENT ON COLUMN redpacket.activity_change.change_id IS 'Change id; a later change has a larger id.';
+COMMENT ON COLUMN redpacket.activity_change.changed_at IS 'When the change was made (its transaction''s start).';
+COMMENT ON COLUMN redpacket.activity_change.changed_by IS 'Session user who made it (the reconciler''s role for settle and reconciliation freezes).';
+COMMENT ON COLUMN redpacket.activity_change.kind IS
+    'top_up, withdraw, set_window, freeze, unfreeze, close, settle, allow, disallow, reverse or repair.';
+COMMENT ON COLUMN redpacket.activity_change.before IS 'What the change replaced (the fields it changed), as JSON.';
+COMMENT ON COLUMN redpacket.activity_change.after IS 'What the change set (the fields it changed, or counts for allow and disallow), as JSON.';
+COMMENT ON COLUMN redpacket.activity_change.reason IS 'The reason given, if any.';
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.activity_change
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.activity_change
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+REVOKE ALL ON redpacket.activity_change, redpacket.activity_change_id_seq FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity_change', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.activity_change_id_seq', '');
+
+-- What each kind of role may use, one row per grant: rp_grant_app,
+-- rp_grant_operator (and later helpers) grant exactly the rows of their
+-- kind, so a function added by a later version is one row here.
+CREATE TABLE redpacket.role_grant (
+    role_kind text NOT NULL CHECK (role_kind IN ('app', 'operator', 'wallet')),
+    privilege text NOT NULL,
+    PRIMARY KEY (role_kind, privilege)
+);
+COMMENT ON TABLE redpacket.role_grant IS
+    'What the rp_grant_* helpers grant: for each kind of role, the GRANT clauses (privilege ON object) it receives besides USAGE on the schema. Part of the extension''s definition; not dumped.';
+COMMENT ON COLUMN redpacket.role_grant.role_kind IS 'app (rp_grant_app), operator (rp_grant_operator) or wallet (rp_grant_wallet).';
+COMMENT ON COLUMN redpacket.role_grant.privilege IS 'A GRANT clause without its TO part, e.g. EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text).';
+REVOKE ALL ON redpacket.role_grant FROM PUBLIC;
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text)'),
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_claim_batch(bigint, text[], numeric[], text[])'),
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_close_activity(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_freeze(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_unfreeze(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_reconcile(bigint, boolean)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_activity_stats()'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_stats_reset(bigint)'),
+    ('operator', 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)'),
+    ('operator', 'SELECT ON redpacket.activity'),
+    ('operator', 'SELECT ON redpacket.stripe'),
+    ('operator', 'SELECT ON redpacket.claim'),
+    ('operator', 'SELECT ON redpacket.ledger'),
+    ('operator', 'SELECT ON redpacket.reconcile_state'),
+    ('operator', 'SELECT ON redpacket.reconciliation'),
+    ('operator', 'SELECT ON redpacket.activity_status'),
+    ('operator', 'SELECT ON redpacket.activity_stats'),
+    ('operator', 'SELECT ON redpacket.reconciler'),
+    ('operator', 'SELECT ON redpacket.reconciler_status'),
+    ('operator', 'SELECT ON redpacket.activity_change');
+
+CREATE FUNCTION redpacket.rp_grant_role(role regrole, kind text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    g record;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'role and kind must not be NULL';
+    END IF;
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA redpacket TO %s', role);
+    FOR g IN SELECT r.privilege FROM redpacket.role_grant r
+              WHERE r.role_kind OPERATOR(pg_catalog.=) kind ORDER BY r.privilege LOOP
+        EXECUTE pg_catalog.format('GRANT %s TO %s', g.privilege, role);
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_grant_role(regrole, text) IS
+    'Grants a role USAGE on the schema and every privilege redpacket.role_grant lists for its kind (app, operator, wallet). Used by rp_grant_app and rp_grant_operator; for the extension owner.';
+REVOKE ALL ON FUNCTION redpacket.rp_grant_role(regrole, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION redpacket.rp_grant_app(role regrole) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT redpacket.rp_grant_role(role, 'app');
+END;
+COMMENT ON FUNCTION redpacket.rp_grant_app(regrole) IS
+    'Grants an application role what it needs to claim: USAGE on the schema and what redpacket.role_grant lists for app (rp_claim, rp_claim_batch and the read-only lookups).';
+
+CREATE OR REPLACE FUNCTION redpacket.rp_grant_operator(role regrole) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT redpacket.rp_grant_role(role, 'operator');
+END;
+COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
+    'Grants an operator role USAGE on the schema and what redpacket.role_grant lists for operator: the admin functions, reconciliation, the counters and SELECT on the tables and views.';
+
+-- [campaign] Eligibility lists, live changes and their record -----------------
+
+-- [wallet] Settling claims with the wallet -----------------------------------
+
+-- [recon] The reconciler ------------------------------------------------------
+
+-- [ops] Operating -------------------------------------------------------------
+
+-- [citus] Scale-out -----------------------------------------------------------
+
+-- [pg18] PostgreSQL 18 ---------------------------------------------------------
+-- PostgreSQL 18's pg_dump also writes the publication's tables (ALTER
+-- PUBLICATION redpacket_events ADD TABLE ONLY redpacket.claim, ... after the
+-- CREATE PUBLICATION, which the keeper has completed already): before such a
 -- command the keeper drops the table from the publication when the keeper
 -- put it there (no column list, no row filter), and the command adds it.
 CREATE EVENT TRIGGER redpacket_publication_alter ON ddl_command_start

@@ -104,10 +104,9 @@ SELECT func,
        has_function_privilege('regress_rp_usage', oid, 'EXECUTE') AS usage_only
 FROM rp_funcs ORDER BY func;
 
--- SECURITY DEFINER functions pin search_path, ending in pg_temp, naming no
--- schema that anyone but a superuser may create objects in.  rp_claim alone
--- (since 1.3) pins it in its C code instead, before it runs any statement
--- (claim_search_path proves it); the hostile search_path below applies.
+-- SECURITY DEFINER functions pin search_path in their definitions, ending
+-- in pg_temp, naming no schema that anyone but a superuser may create
+-- objects in (claim_search_path attacks the claim functions through it).
 SELECT func, prosecdef, cfg AS search_path_setting,
        coalesce(path[array_upper(path, 1)] = 'pg_temp'
                 AND NOT EXISTS (SELECT 1 FROM unnest(path) s
@@ -119,7 +118,7 @@ LEFT JOIN LATERAL (SELECT c AS cfg,
 ORDER BY func;
 SELECT count(*) AS security_definer_functions,
        string_agg(func, ', ') FILTER (WHERE NOT EXISTS (SELECT 1 FROM unnest(proconfig) c
-                                                     WHERE c = 'search_path=pg_catalog, pg_temp')) AS pinned_in_c
+                                                     WHERE c = 'search_path=pg_catalog, pg_temp')) AS unpinned
 FROM rp_funcs WHERE prosecdef;
 SELECT has_schema_privilege('public', 'redpacket', 'CREATE') OR has_schema_privilege('public', 'pg_catalog', 'CREATE')
        AS pinned_path_writable_by_public;

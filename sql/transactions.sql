@@ -63,13 +63,13 @@ SELECT redpacket.rp_create_activity(100.00, packets => 400, stripes => 16) AS m 
 BEGIN;
 SELECT r.status, count(*), sum(r.amount) AS amount
 FROM generate_series(1, 300) g CROSS JOIN LATERAL redpacket.rp_claim(:m, 'user-' || g, 0.13) r
-GROUP BY r.status;
+GROUP BY r.status ORDER BY r.status;
 -- the same users again in the same transaction: all duplicates of their own claim
 SELECT r.status, count(*), bool_and(r.claim_id = c.claim_id AND r.amount = c.amount) AS originals
 FROM generate_series(1, 300) g
 CROSS JOIN LATERAL redpacket.rp_claim(:m, 'user-' || g, 0.13) r
 JOIN redpacket.claim c ON c.activity_id = :m AND c.user_id = 'user-' || g
-GROUP BY r.status;
+GROUP BY r.status ORDER BY r.status;
 -- no subtransaction per claim: every claim row carries the top-level xid
 SELECT count(DISTINCT xmin::text) AS xids,
        min(xmin::text) = (txid_current() % 4294967296)::text AS top_level_xid
@@ -85,7 +85,7 @@ FROM redpacket.claim WHERE activity_id = :m;
 BEGIN;
 SELECT r.status, count(*)
 FROM generate_series(301, 600) g CROSS JOIN LATERAL redpacket.rp_claim(:m, 'user-' || g, 0.01) r
-GROUP BY r.status;
+GROUP BY r.status ORDER BY r.status;
 ROLLBACK;
 SELECT * FROM pg_temp.books(:m);
 

@@ -64,7 +64,8 @@ static RpPlan insert_ledger = {
  */
 static RpPlan insert_return = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
-	" VALUES ($1, 'return', $2, $3) ON CONFLICT (activity_id, kind) DO NOTHING",
+	" VALUES ($1, 'return', $2, $3)"
+	" ON CONFLICT (activity_id, kind) WHERE kind OPERATOR(pg_catalog.=) 'return' DO NOTHING",
 	3, {INT8OID, NUMERICOID, TEXTOID}
 };
 

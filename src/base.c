@@ -64,49 +64,29 @@ RpUnlock(RpLockKind kind, int64 activity, uint32 sub)
 }
 
 /*
- * The search path of every statement the C code runs.  Each SECURITY
- * DEFINER function pins it with SET search_path, except rp_claim: the SET
- * would cost its fast path, which runs no SQL and resolves no name, about
- * 4% of its CPU (a GUC nest level, parsing the setting, and recomputing
- * the caller's path on the way out).  rp_claim opens a path scope instead
- * (RpPathScopeOpen/Close), and within it the first statement prepared or
- * run (RpPreparedOn, scaleout.c's shard plans), or the direct path about to
- * open tables whose writes evaluate something a user wrote or whose cache
- * is stale (direct.c), pins the path at a GUC nest level of its own,
- * popped when the scope closes.  So SQL, a
- * user's trigger and every expression of our tables see the same pinned
- * path as under SET, and the caller's path is back when rp_claim returns.
- * On an error the transaction's or subtransaction's abort pops the level,
- * as it does fmgr's.  Outside a scope the functions' SET has pinned it.
+ * The search path of every statement the C code runs.  Every SECURITY
+ * DEFINER function pins it in its definition (SET search_path), so it is
+ * pinned before anything of the call can resolve a name: our statements, a
+ * trigger, an index expression, an operator class's support function.  The
+ * one exception is rp_claim as the 1.3 catalog declares it (no SET; the
+ * symbol rp_claim_v13): the library pins it for that call itself, on entry,
+ * exactly as the SET would (RpPinSearchPath), and pops it on return; an
+ * error's abort pops it as it pops a SET's.
  */
-static int	path_scope = -1;	/* -1 no scope; 0 not pinned; else nest level */
-
 int
-RpPathScopeOpen(void)
-{
-	int			outer = path_scope;
-
-	path_scope = 0;
-	return outer;
-}
-
-void
 RpPinSearchPath(void)
 {
-	if (path_scope != 0 || strcmp(namespace_search_path, RP_SEARCH_PATH) == 0)
-		return;
-	path_scope = NewGUCNestLevel();
+	int			level = NewGUCNestLevel();
+
 	(void) set_config_option("search_path", RP_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
 }
 
-/* ok: the call succeeded (pop the pin); otherwise its error's abort will. */
 void
-RpPathScopeClose(int outer, bool ok)
+RpUnpinSearchPath(int level)
 {
-	if (ok && path_scope > 0)
-		AtEOXact_GUC(true, path_scope);
-	path_scope = outer;
+	AtEOXact_GUC(true, level);
 }
 
 /*
@@ -142,7 +122,6 @@ Prepare(const RpPlan *p, int cursor_options)
 SPIPlanPtr
 RpPreparedOn(RpPlan *p, bool distributed)
 {
-	RpPinSearchPath();
 	if (p->generic && distributed)
 	{
 		if (p->plan_citus == NULL)

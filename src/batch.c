@@ -28,6 +28,7 @@
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_claim_batch);
+PG_FUNCTION_INFO_V1(rp_claim_batch_v14);
 
 typedef struct BatchElem
 {
@@ -988,4 +989,11 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/* rp_claim_batch as 1.4 declares it (a symbol a library older than 1.4 lacks). */
+Datum
+rp_claim_batch_v14(PG_FUNCTION_ARGS)
+{
+	return rp_claim_batch(fcinfo);
 }

@@ -26,10 +26,7 @@
 
 PG_FUNCTION_INFO_V1(rp_claim);
 PG_FUNCTION_INFO_V1(rp_claim_v13);
-
-static const char *const status_labels[RP_NSTATUS] = {
-	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed"
-};
+PG_FUNCTION_INFO_V1(rp_claim_v14);
 
 /*
  * The activity, the caller's claim under this idempotency key if any, in
@@ -63,7 +60,11 @@ static RpPlan insert_claim = {
 	6, {INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID}
 };
 
-/* Enum value OIDs of redpacket.claim_status, looked up once per type OID. */
+/*
+ * Enum value OIDs of redpacket.claim_status, looked up on first use per
+ * type OID (a catalog older than 1.4 lacks the 1.4 labels, which only 1.4
+ * features answer).
+ */
 static Oid	status_type = InvalidOid;
 static Oid	status_oids[RP_NSTATUS];
 
@@ -72,17 +73,18 @@ RpStatusDatum(Oid enumtype, RpStatus status)
 {
 	if (enumtype != status_type)
 	{
-		for (int i = 0; i < RP_NSTATUS; i++)
-		{
-			Oid			oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-											  ObjectIdGetDatum(enumtype),
-											  CStringGetDatum(status_labels[i]));
-
-			if (!OidIsValid(oid))
-				elog(ERROR, "redpacket.claim_status has no label \"%s\"", status_labels[i]);
-			status_oids[i] = oid;
-		}
+		memset(status_oids, 0, sizeof(status_oids));
 		status_type = enumtype;
+	}
+	if (!OidIsValid(status_oids[status]))
+	{
+		Oid			oid = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+										  ObjectIdGetDatum(enumtype),
+										  CStringGetDatum(RpStatName(status)));
+
+		if (!OidIsValid(oid))
+			elog(ERROR, "redpacket.claim_status has no label \"%s\"", RpStatName(status));
+		status_oids[status] = oid;
 	}
 	return ObjectIdGetDatum(status_oids[status]);
 }
@@ -407,7 +409,6 @@ rp_claim(PG_FUNCTION_ARGS)
 	RpOutcome	out;
 	Datum		values[4];
 	bool		nulls[4];
-	int			path_outer;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_id");
@@ -423,8 +424,6 @@ rp_claim(PG_FUNCTION_ARGS)
 		fcinfo->flinfo->fn_extra = tupdesc;
 	}
 
-	/* SECURITY DEFINER without SET search_path: see RpPathScopeOpen */
-	path_outer = RpPathScopeOpen();
 	PG_TRY();
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -437,25 +436,33 @@ rp_claim(PG_FUNCTION_ARGS)
 	}
 	PG_CATCH();
 	{
-		RpPathScopeClose(path_outer, false);
 		RpStatsCount(PG_GETARG_INT64(0), RP_STAT_ERROR);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	RpPathScopeClose(path_outer, true);
 
 	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
 /*
- * rp_claim as 1.3 binds it: without SET search_path, which this library
- * pins itself (RpPathScopeOpen).  A library older than 1.3 lacks the
- * symbol, so a backend still running one after ALTER EXTENSION UPDATE
- * refuses the call rather than running it under the caller's path.
+ * rp_claim as 1.3 declares it: without SET search_path.  The path is pinned
+ * here for the whole call, on entry, exactly as the SET of every other
+ * catalog's definition pins it (see RpPinSearchPath).
  */
 Datum
 rp_claim_v13(PG_FUNCTION_ARGS)
+{
+	int			level = RpPinSearchPath();
+	Datum		result = rp_claim(fcinfo);
+
+	RpUnpinSearchPath(level);
+	return result;
+}
+
+/* rp_claim as 1.4 declares it (a symbol a library older than 1.4 lacks). */
+Datum
+rp_claim_v14(PG_FUNCTION_ARGS)
 {
 	return rp_claim(fcinfo);
 }

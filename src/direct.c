@@ -32,7 +32,6 @@
  */
 #include "postgres.h"
 
-#include "access/amapi.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
@@ -42,8 +41,6 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_index.h"
-#include "catalog/pg_language.h"
-#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/int.h"
@@ -71,7 +68,9 @@ enum
 };
 enum
 {
-	S_ACTIVITY, S_STRIPE, S_BALANCE, S_PACKETS, S_CLAIMS, S_HALTED, S_NCOLS
+	S_ACTIVITY, S_STRIPE, S_BALANCE, S_PACKETS, S_CLAIMS, S_HALTED,
+	S_NREQUIRED,				/* 1.0 to 1.3 have these; 1.4 has the rest too */
+	S_REVISION = S_NREQUIRED, S_DEALT, S_DEALT_UNITS, S_DEALT_COUNT, S_NCOLS
 };
 static const char *const claim_cols[C_NCOLS] = {
 	"activity_id", "claim_id", "user_id", "request_id", "idempotency_key", "amount",
@@ -81,10 +80,12 @@ static const Oid claim_types[C_NCOLS] = {
 	INT8OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID
 };
 static const char *const stripe_cols[S_NCOLS] = {
-	"activity_id", "stripe", "balance", "packets", "claims", "halted"
+	"activity_id", "stripe", "balance", "packets", "claims", "halted",
+	"revision", "dealt", "dealt_units", "dealt_count"
 };
 static const Oid stripe_types[S_NCOLS] = {
-	INT8OID, INT4OID, INT8OID, INT4OID, INT8OID, BOOLOID
+	INT8OID, INT4OID, INT8OID, INT4OID, INT8OID, BOOLOID,
+	INT8OID, INT8ARRAYOID, INT8OID, INT4OID
 };
 
 /* What the direct path needs to know about the tables, found once. */
@@ -100,7 +101,6 @@ typedef struct DirectCache
 	AttrNumber	c[C_NCOLS];
 	AttrNumber	s[S_NCOLS];
 	Oid			key_coll[3];	/* collations of the claim key's columns */
-	bool		evaluates;		/* a write evaluates what a user wrote */
 } DirectCache;
 
 static DirectCache cache;
@@ -116,13 +116,17 @@ DirectInvalidate(Datum arg, Oid relid)
 	cache_invals++;
 }
 
-/* Column numbers of the named columns, checking their types. */
+/*
+ * Column numbers of the named columns, checking their types; the first
+ * nrequired must exist, the others may be absent (InvalidAttrNumber).
+ */
 static bool
 FindColumns(Relation rel, const char *const *names, const Oid *types, int n,
-			AttrNumber *out)
+			int nrequired, AttrNumber *out)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			live = 0;
+	int			found = 0;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -136,13 +140,15 @@ FindColumns(Relation rel, const char *const *names, const Oid *types, int n,
 				att->atttypid == types[i] && att->atttypmod == -1)
 				out[i] = att->attnum;
 		}
-		if (out[i] == InvalidAttrNumber)
+		if (out[i] != InvalidAttrNumber)
+			found++;
+		else if (i < nrequired)
 			return false;
 	}
 	/* no other live column: the SQL would fill it from its default */
 	for (int a = 0; a < desc->natts; a++)
 		live += TupleDescAttr(desc, a)->attisdropped ? 0 : 1;
-	return live == n;
+	return live == found;
 }
 
 /* The sequence of a "nextval('seq'::regclass)" column default, or InvalidOid. */
@@ -211,81 +217,6 @@ FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
 	return found;
 }
 
-/* Whether fn is written in a language that resolves names when it runs. */
-static bool
-WrittenInSql(Oid fn)
-{
-	HeapTuple	tup;
-	Oid			lang;
-
-	if (!OidIsValid(fn))
-		return false;
-	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	lang = ((Form_pg_proc) GETSTRUCT(tup))->prolang;
-	ReleaseSysCache(tup);
-	return lang != INTERNALlanguageId && lang != ClanguageId;
-}
-
-/*
- * Whether writing into idx evaluates something a user wrote: an expression
- * or a predicate (the relcache builds them when the index is opened, and
- * inlines SQL functions then), or a support function of an operator class,
- * or an exclusion operator, written in SQL or a procedural language (they
- * are parsed each transaction that calls them).
- */
-static bool
-IndexEvaluates(Relation idx)
-{
-	int			nkeys = IndexRelationGetNumberOfKeyAttributes(idx);
-	uint16		nprocs = idx->rd_indam->amsupport;
-
-	if (!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
-		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
-		return true;
-	for (AttrNumber k = 1; k <= nkeys; k++)
-		for (uint16 proc = 1; proc <= nprocs; proc++)
-			if (WrittenInSql(index_getprocid(idx, k, proc)))
-				return true;
-	if (idx->rd_index->indisexclusion)
-	{
-		Oid		   *ops;
-		Oid		   *procs;
-		uint16	   *strategies;
-
-		RelationGetExclusionInfo(idx, &ops, &procs, &strategies);
-		for (int k = 0; k < nkeys; k++)
-			if (WrittenInSql(procs[k]))
-				return true;
-	}
-	return false;
-}
-
-/*
- * Whether writing rel evaluates something a user wrote: a CHECK constraint
- * or what IndexEvaluates finds.  It must run under the pinned search path
- * (base.c).  Nothing is planned or built here.
- */
-static bool
-EvaluatesExpressions(Relation rel)
-{
-	TupleConstr *constr = RelationGetDescr(rel)->constr;
-	List	   *indexes = RelationGetIndexList(rel);
-	ListCell   *lc;
-	bool		found = constr != NULL && constr->num_check > 0;
-
-	foreach(lc, indexes)
-	{
-		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
-
-		found |= IndexEvaluates(idx);
-		index_close(idx, AccessShareLock);
-	}
-	list_free(indexes);
-	return found;
-}
-
 /* Look the tables up by name and check their shape. */
 static bool
 DirectCacheBuild(DirectCache *c)
@@ -307,8 +238,8 @@ DirectCacheBuild(DirectCache *c)
 	stripe = table_open(c->stripe, AccessShareLock);
 	if (claim->rd_rel->relkind == RELKIND_RELATION &&
 		stripe->rd_rel->relkind == RELKIND_RELATION &&
-		FindColumns(claim, claim_cols, claim_types, C_NCOLS, c->c) &&
-		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, c->s))
+		FindColumns(claim, claim_cols, claim_types, C_NCOLS, C_NCOLS, c->c) &&
+		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, S_NREQUIRED, c->s))
 	{
 		c->claim_seq = DefaultSequence(claim, c->c[C_CLAIM_ID]);
 		keys[0] = c->c[C_ACTIVITY];
@@ -318,7 +249,6 @@ DirectCacheBuild(DirectCache *c)
 		keys[0] = c->s[S_ACTIVITY];
 		keys[1] = c->s[S_STRIPE];
 		c->stripe_key = FindKeyIndex(stripe, keys, pktypes, 2, NULL);
-		c->evaluates = EvaluatesExpressions(claim) || EvaluatesExpressions(stripe);
 	}
 	table_close(stripe, AccessShareLock);
 	table_close(claim, AccessShareLock);
@@ -341,7 +271,6 @@ DirectCacheReady(void)
 		return cache.usable;
 
 	/* an invalidation while building means the result may be stale already */
-	RpPinSearchPath();			/* the relcache may plan index expressions */
 	invals = cache_invals;
 	built.usable = DirectCacheBuild(&built);
 	built.valid = (invals == cache_invals);
@@ -416,14 +345,6 @@ OpenTarget(Oid relid)
 		return NULL;			/* dropped while the cache was built */
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
-
-	/*
-	 * Opening an index may build its expressions (an index invalidated on
-	 * its own, or one created while we waited for the lock, which leaves
-	 * the cache invalid): pin the path first, as the cache build does.
-	 */
-	if (cache.evaluates || !cache.valid)
-		RpPinSearchPath();
 	ExecOpenIndices(rri, false);
 	return rri;
 }
@@ -456,7 +377,26 @@ FetchByKey(Relation rel, Oid index, Snapshot snap, ScanKey keys, int nkeys,
 	return found;
 }
 
-/* Can the stripe row in slot pay units for one more packet? */
+/* An optional column's int64 value, 0 when the catalog has no such column. */
+static int64
+OptionalInt(TupleTableSlot *slot, AttrNumber att)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (att == InvalidAttrNumber)
+		return 0;
+	d = slot_getattr(slot, att, &isnull);
+	if (isnull)
+		return 0;
+	return TupleDescAttr(slot->tts_tupleDescriptor, att - 1)->atttypid == INT4OID ?
+		DatumGetInt32(d) : DatumGetInt64(d);
+}
+
+/*
+ * Can the stripe row in slot pay units for one more packet?  A fixed amount
+ * is paid from what is not dealt to lucky draws.
+ */
 static bool
 StripeCanPay(TupleTableSlot *slot, int64 units)
 {
@@ -467,10 +407,10 @@ StripeCanPay(TupleTableSlot *slot, int64 units)
 	if (isnull || DatumGetBool(d))
 		return false;
 	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
-	if (isnull || DatumGetInt64(d) < units)
+	if (isnull || DatumGetInt64(d) - OptionalInt(slot, cache.s[S_DEALT_UNITS]) < units)
 		return false;
 	d = slot_getattr(slot, cache.s[S_PACKETS], &isnull);
-	return isnull || DatumGetInt32(d) > 0;
+	return isnull || DatumGetInt32(d) - OptionalInt(slot, cache.s[S_DEALT_COUNT]) > 0;
 }
 
 /* The row of old with units, one packet and one more claim taken. */
@@ -676,10 +616,7 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
-		/*
-		 * As SPI does for each statement: see our own earlier writes.  If a
-		 * write evaluates what a user wrote, OpenTarget pinned the path.
-		 */
+		/* as SPI does for each statement: see our own earlier writes */
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		estate->es_snapshot = GetActiveSnapshot();

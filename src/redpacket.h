@@ -76,12 +76,10 @@ extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
 extern Numeric RpUnitsToAmount(int64 units, int scale);
 extern int64 RpScaleFactor(int scale);
 
-/* base.c: the search path our SQL runs under (the worker pins it for good,
- * rp_claim lazily) */
+/* base.c: the search path our SQL runs under (the worker pins it for good) */
 #define RP_SEARCH_PATH "pg_catalog, pg_temp"
-extern int	RpPathScopeOpen(void);
-extern void RpPinSearchPath(void);
-extern void RpPathScopeClose(int outer, bool ok);
+extern int	RpPinSearchPath(void);
+extern void RpUnpinSearchPath(int level);
 
 /* A plan prepared once per backend and kept across calls. */
 typedef struct RpPlan
@@ -106,6 +104,8 @@ extern int64 RpGetInt64(int row, int col, int64 if_null);
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
 #define RP_CATALOG_1_2 102
+#define RP_CATALOG_1_3 103
+#define RP_CATALOG_1_4 104
 extern int	RpCatalogVersion(void);
 extern bool RpRestoring(void);
 
@@ -258,7 +258,7 @@ extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
 
 /* claim.c: one claim, and its outcome as SQL columns */
-typedef enum RpStatus			/* same order as the SQL enum claim_status */
+typedef enum RpStatus			/* the labels of the SQL enum claim_status */
 {
 	RP_DUPLICATE,
 	RP_FROZEN,
@@ -267,6 +267,8 @@ typedef enum RpStatus			/* same order as the SQL enum claim_status */
 	RP_USER_LIMIT,
 	RP_EXHAUSTED,
 	RP_CLAIMED,
+	RP_NOT_ELIGIBLE,			/* 1.4 */
+	RP_BUSY,					/* 1.4 */
 	RP_NSTATUS
 } RpStatus;
 
@@ -296,6 +298,9 @@ typedef enum RpStatEvent
 	RP_STAT_ERROR,				/* a claim call that raised an error */
 	RP_NSTATS
 } RpStatEvent;
+
+/* The name of a counter: a status label, or stripe_waits, gathers, errors. */
+extern const char *RpStatName(int event);
 
 extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);

@@ -302,7 +302,6 @@ ShardPlan(RpShardStmt stmt, Oid relid)
 	RpShardPlans *e;
 	bool		found;
 
-	RpPinSearchPath();
 	if (shard_plans == NULL)
 	{
 		HASHCTL		ctl;

@@ -70,6 +70,19 @@ static bool activity_relid_valid = false;
 static bool callback_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
+
+/* The names of the counters: the claim_status labels, then the events. */
+static const char *const stat_names[RP_NSTATS] = {
+	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed",
+	"not_eligible", "busy", "stripe_waits", "gathers", "errors"
+};
+
+const char *
+RpStatName(int event)
+{
+	Assert(event >= 0 && event < RP_NSTATS);
+	return stat_names[event];
+}
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static Size
@@ -232,24 +245,41 @@ RpStatsCount(int64 activity, int event)
 	LWLockRelease(rp_stats->lock);
 }
 
-/* One row of rp_activity_stats: the activity (NULL: untracked), then counters. */
+/*
+ * One row of rp_activity_stats: the activity (NULL: untracked), then each
+ * OUT column the installed catalog declares, by name (a catalog gains
+ * columns as the library gains counters).
+ */
 static void
 StatsRow(ReturnSetInfo *rsinfo, bool has_activity, int64 activity, pg_atomic_uint64 *counts)
 {
-	Datum		values[1 + RP_NSTATS];
-	bool		nulls[1 + RP_NSTATS] = {0};
+	TupleDesc	desc = rsinfo->setDesc;
+	Datum	   *values = palloc0(sizeof(Datum) * desc->natts);
+	bool	   *nulls = palloc0(sizeof(bool) * desc->natts);
 
 	values[0] = Int64GetDatum(activity);
 	nulls[0] = !has_activity;
-	for (int i = 0; i < RP_NSTATS; i++)
-		values[1 + i] = Int64GetDatum((int64) pg_atomic_read_u64(&counts[i]));
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	for (int c = 1; c < desc->natts; c++)
+	{
+		const char *name = NameStr(TupleDescAttr(desc, c)->attname);
+
+		nulls[c] = true;
+		for (int i = 0; i < RP_NSTATS; i++)
+			if (strcmp(name, RpStatName(i)) == 0)
+			{
+				values[c] = Int64GetDatum((int64) pg_atomic_read_u64(&counts[i]));
+				nulls[c] = false;
+			}
+	}
+	tuplestore_putvalues(rsinfo->setResult, desc, values, nulls);
+	pfree(values);
+	pfree(nulls);
 }
 
 /*
  * The counters of the current database's activities, and one row with a
  * NULL activity for the untracked events (of any database) when there are
- * any.  Columns follow RpStatus then RpStatEvent order.
+ * any.
  */
 Datum
 rp_activity_stats(PG_FUNCTION_ARGS)

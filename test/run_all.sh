@@ -222,7 +222,7 @@ suite "stress-spi-$MAJOR" 10m diag_none "${SPI[@]}" bash test/stress/run.sh
 # that user cannot read), with LD_LIBRARY_PATH pointing its programs at the
 # copy's libpq; redpacket is built there with -Werror and installed into it.
 # Citus and pg_cron have no build for 18 here: their TAP tests are named and
-# left out.  test/t/024_pg_upgrade.pl upgrades a PostgreSQL 15 cluster
+# left out.  test/t/025_pg_upgrade.pl upgrades a PostgreSQL 15 cluster
 # (PG_CONFIG's, where step 1 installed the same redpacket) to 18.
 PG18_NO_TAP=(
     "test/t/005_pg_cron.pl:pg_cron (Debian's postgresql-15-cron) has no build for PostgreSQL 18 here"
