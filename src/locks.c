@@ -132,7 +132,7 @@ static int64 *held_ids = NULL;
 bool
 RpHeldEarlier(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 		return false;
 	for (int i = 0; i < held_n; i++)
 		if (held_ids[i] == activity)
@@ -144,16 +144,16 @@ RpHeldEarlier(int64 activity)
 bool
 RpHeldAny(void)
 {
-	return held_lxid == MyProc->lxid && held_n > 0;
+	return held_lxid == RpMyLocalXid && held_n > 0;
 }
 
 /* A claim or batch on the activity is done and keeps its locks. */
 void
 RpNoteHeld(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 	{
-		held_lxid = MyProc->lxid;
+		held_lxid = RpMyLocalXid;
 		held_n = 0;
 		held_max = 8;
 		held_ids = MemoryContextAlloc(TopTransactionContext, sizeof(int64) * held_max);

@@ -955,9 +955,9 @@ RpReconcilePass(const int64 *activity, bool full_check, Tuplestorestate *out, Tu
 
 	pass.out = out;
 	pass.outdesc = desc;
-	if (kept_lxid != MyProc->lxid)
+	if (kept_lxid != RpMyLocalXid)
 	{
-		kept_lxid = MyProc->lxid;
+		kept_lxid = RpMyLocalXid;
 		kept_in_xact = 0;
 	}
 	if (activity != NULL)

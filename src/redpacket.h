@@ -15,16 +15,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-/* Version shims: keep anything major-specific here. */
-#if PG_VERSION_NUM < 150000
-#error "redpacket requires PostgreSQL 15 or later"
-#endif
-
-#if PG_VERSION_NUM >= 170000
-#define RpMyProcNumber MyProcNumber
-#else
-#define RpMyProcNumber (MyProc->pgprocno)
-#endif
+#include "compat.h"			/* the version shims */
 
 /* GUC bounds and defaults */
 #define RP_DEFAULT_STRIPES 64

@@ -91,7 +91,7 @@ static bool draw_prng_seeded = false;
 int
 RpStartStripe(const RpActivity *act)
 {
-	if (sticky_lxid == MyProc->lxid && sticky_activity == act->id)
+	if (sticky_lxid == RpMyLocalXid && sticky_activity == act->id)
 		return sticky_stripe % act->stripes;
 	return (int) (((uint32) RpMyProcNumber * 7u + spread_counter++) % (uint32) act->stripes);
 }
@@ -99,7 +99,7 @@ RpStartStripe(const RpActivity *act)
 void
 RpRememberStripe(const RpActivity *act, int stripe)
 {
-	sticky_lxid = MyProc->lxid;
+	sticky_lxid = RpMyLocalXid;
 	sticky_activity = act->id;
 	sticky_stripe = stripe;
 }
