@@ -20,7 +20,10 @@ DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
        sql/redpacket--1.2--1.3.sql sql/redpacket--1.3--1.4.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
-PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
+# The PostgreSQL to build for: the pg_config on the PATH (on Debian the
+# newest installed server-dev), or PG_CONFIG=... for another major, e.g.
+# PG_CONFIG=test/pg18/build/install/bin/pg_config (test/pg18/build.sh).
+PG_CONFIG ?= pg_config
 
 PG_CPPFLAGS += -I$(srcdir)/src
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \

@@ -31,9 +31,8 @@
  *		     next claims of that size need no gathering.
  *		   - a lucky draw (no stripe has a dealt amount, or rule 1 would
  *		     have paid) is refused only when no money or no packet is left.
- *		     The next RP_DEAL_BLOCK amounts of every stripe are drawn (as
- *		     they are when the activity is created: RpDeal), one
- *		     after the other, by the double-mean method over the activity's
+ *		     The next RP_DEAL_BLOCK amounts of every stripe are drawn
+ *		     (RpDeal), one after the other, by the double-mean method over the activity's
  *		     whole undealt money and packets, the last packet taking the
  *		     exact remainder, and dealt round the stripes from stripe 0;
  *		     what is not dealt is spread evenly over the stripes; then the
@@ -241,9 +240,9 @@ RpDeal(int n, int start, int64 money, int64 packets, int64 (*draw) (int64, int64
 }
 
 /*
- * Rule 3, a lucky draw with dealing: deal (from stripe 0 on, as at
- * creation: the order the amounts were drawn in is then known from the
- * stripes), then the first amount of stripe 0.
+ * Rule 3, a lucky draw with dealing: deal (from stripe 0 on, so that the
+ * order the amounts were drawn in is known from the stripes), then the
+ * first amount of stripe 0.
  */
 static void
 AllocDeal(const RpAllocIn *in, RpAllocOut *out, int64 money, int64 packets)

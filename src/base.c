@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
+#include "utils/resowner.h"
 
 #include "redpacket.h"
 
@@ -34,22 +35,37 @@ RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub)
 						 (uint16) kind);
 }
 
+/*
+ * Our locks belong to the (sub)transaction, not to the portal running the
+ * statement: a restartable wait (locks.c) takes them in a subtransaction of
+ * its own, which hands them to its parent's owner when it succeeds, and
+ * they are given back the same way whoever took them.  On an error the
+ * abort (or the handler that catches it) resets CurrentResourceOwner.
+ */
 bool
 RpLockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode, bool wait)
 {
 	LOCKTAG		tag;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		took;
 
 	RpLockTag(&tag, kind, activity, sub);
-	return LockAcquire(&tag, mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	took = LockAcquire(&tag, mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	CurrentResourceOwner = owner;
+	return took;
 }
 
 void
 RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
 	LOCKTAG		tag;
+	ResourceOwner owner = CurrentResourceOwner;
 
 	RpLockTag(&tag, kind, activity, sub);
+	CurrentResourceOwner = CurTransactionResourceOwner;
 	LockRelease(&tag, mode, false);
+	CurrentResourceOwner = owner;
 }
 
 bool

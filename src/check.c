@@ -91,13 +91,13 @@ RpSettlementsExist(void)
 	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 	static bool cached = false;
 
-	if (cached_lxid != MyProc->lxid)
+	if (cached_lxid != RpMyLocalXid)
 	{
 		Oid			nsp = get_namespace_oid("redpacket", true);
 
 		cached = RpCatalogVersion() >= RP_CATALOG_1_4 && OidIsValid(nsp) &&
 			OidIsValid(get_relname_relid("claim_settlement", nsp));
-		cached_lxid = MyProc->lxid;
+		cached_lxid = RpMyLocalXid;
 	}
 	return cached;
 }

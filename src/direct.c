@@ -43,6 +43,7 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "common/int.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
@@ -498,7 +499,7 @@ FetchByKey(Relation rel, Oid index, Snapshot snap, ScanKey keys, int nkeys,
 		   TupleTableSlot *slot)
 {
 	Relation	idx = index_open(index, RowExclusiveLock);
-	IndexScanDesc scan = index_beginscan(rel, idx, snap, nkeys, 0);
+	IndexScanDesc scan = RpIndexBeginScan(rel, idx, snap, nkeys, 0);
 	bool		found;
 
 	index_rescan(scan, keys, nkeys, NULL, 0);
@@ -588,7 +589,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 	ScanKeyData keys[2];
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
-	bool		update_indexes;
+	RpUpdateIndexes update_indexes;
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(act->id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
@@ -638,8 +639,9 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 			DatumGetInt32(slot_getattr(old, dc->s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
-	if (update_indexes && rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, new, estate, true, false, NULL, NIL));
+	if (RpUpdateNeedsIndexes(update_indexes) && rri->ri_NumIndices > 0)
+		list_free(RpExecInsertIndexTuples(rri, new, estate, true,
+										  RpUpdateOnlySummarizing(update_indexes)));
 	return true;
 }
 

@@ -20,12 +20,20 @@
  *		exists") or leave it empty.  So at ddl_command_start of
  *		CREATE PUBLICATION redpacket_events the keeper drops the one the
  *		extension made (the command recreates it with the dump's options), and
- *		at ddl_command_end puts claim and ledger back into it.  Event triggers
- *		are restored last by pg_dump and pg_upgrade, so neither fires while a
- *		binary upgrade recreates the publication with its tables.
+ *		at ddl_command_end puts claim and ledger back into it.  The pg_dump
+ *		of PostgreSQL 18 also writes the publication's tables, as
+ *		ALTER PUBLICATION redpacket_events ADD TABLE ONLY redpacket.claim
+ *		after the CREATE PUBLICATION, which would fail ("already member"):
+ *		from 1.4 the keeper also fires at ddl_command_start of
+ *		ALTER PUBLICATION and, for such a command, first drops a table it
+ *		put in (a plain member: no column list, no row filter), so that the
+ *		command adds it as the dump says.  Event triggers are restored last
+ *		by pg_dump and pg_upgrade, so none fires while a binary upgrade
+ *		recreates the publication with its tables.
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/event_trigger.h"
@@ -34,6 +42,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 #include "redpacket.h"
 
@@ -182,6 +191,16 @@ static RpPlan publication_missing = {
 	0, {InvalidOid}
 };
 
+/* Is the table ($1) in the publication with no column list and no row filter? */
+static RpPlan publication_plain_member = {
+	"SELECT 1 FROM pg_catalog.pg_publication_rel r"
+	"  JOIN pg_catalog.pg_publication p ON p.oid OPERATOR(pg_catalog.=) r.prpubid"
+	" WHERE p.pubname OPERATOR(pg_catalog.=) '" RP_PUBLICATION "'"
+	"   AND r.prrelid OPERATOR(pg_catalog.=) $1"
+	"   AND r.prqual IS NULL AND r.prattrs IS NULL",
+	1, {OIDOID}
+};
+
 static void
 RunUtility(const char *sql)
 {
@@ -190,8 +209,46 @@ RunUtility(const char *sql)
 }
 
 /*
- * Event trigger function for CREATE PUBLICATION: see the file header.
- * Quiet for every publication but redpacket_events.
+ * At ddl_command_start of ALTER PUBLICATION redpacket_events ADD TABLE:
+ * drop from the publication each of claim and ledger that the command adds
+ * and that is in it already as a plain member.  Inside SPI_connect.
+ */
+static void
+ReaddTables(AlterPublicationStmt *stmt)
+{
+	static const char *const tables[] = {"claim", "ledger"};
+	Oid			nsp = get_namespace_oid("redpacket", true);
+	ListCell   *lc;
+
+	if (stmt->action != AP_AddObjects || !OidIsValid(nsp))
+		return;
+	foreach(lc, stmt->pubobjects)
+	{
+		PublicationObjSpec *obj = (PublicationObjSpec *) lfirst(lc);
+		Oid			relid;
+
+		if (obj->pubobjtype != PUBLICATIONOBJ_TABLE || obj->pubtable == NULL)
+			continue;
+		relid = RangeVarGetRelid(obj->pubtable->relation, NoLock, true);
+		for (int i = 0; i < lengthof(tables); i++)
+		{
+			Datum		arg = ObjectIdGetDatum(relid);
+
+			if (!OidIsValid(relid) || relid != get_relname_relid(tables[i], nsp))
+				continue;
+			if (RpExec(&publication_plain_member, &arg, NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not read the tables of publication " RP_PUBLICATION);
+			if (SPI_processed > 0)
+				RunUtility(psprintf("ALTER PUBLICATION " RP_PUBLICATION " DROP TABLE redpacket.%s",
+									tables[i]));
+		}
+	}
+}
+
+/*
+ * Event trigger function for CREATE PUBLICATION and (from 1.4)
+ * ALTER PUBLICATION: see the file header.  Quiet for every publication
+ * but redpacket_events.
  */
 Datum
 rp_publication_keeper(PG_FUNCTION_ARGS)
@@ -204,7 +261,22 @@ rp_publication_keeper(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("rp_publication_keeper must be called as an event trigger")));
 	trigdata = (EventTriggerData *) fcinfo->context;
-	if (IsBinaryUpgrade || !IsA(trigdata->parsetree, CreatePublicationStmt))
+	if (IsBinaryUpgrade)
+		PG_RETURN_VOID();
+	if (IsA(trigdata->parsetree, AlterPublicationStmt))
+	{
+		AlterPublicationStmt *alter = (AlterPublicationStmt *) trigdata->parsetree;
+
+		if (strcmp(alter->pubname, RP_PUBLICATION) != 0 ||
+			strcmp(trigdata->event, "ddl_command_start") != 0)
+			PG_RETURN_VOID();
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		ReaddTables(alter);
+		SPI_finish();
+		PG_RETURN_VOID();
+	}
+	if (!IsA(trigdata->parsetree, CreatePublicationStmt))
 		PG_RETURN_VOID();
 	stmt = (CreatePublicationStmt *) trigdata->parsetree;
 	if (strcmp(stmt->pubname, RP_PUBLICATION) != 0 || stmt->for_all_tables)

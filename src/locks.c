@@ -51,7 +51,14 @@
  *		   batch), holding those earlier locks out of the order.  A
  *		   transaction that froze or closed the activity keeps every stripe
  *		   and counts as such (RpNoteHeld): its later claims and batches
- *		   pass the gate and wait with deadlock_timeout.
+ *		   pass the gate.
+ *		5. The waits of 3 (the gatherer's, and the stripes of close, freeze,
+ *		   reconciliation and a gathering batch), when the transaction holds
+ *		   nothing of any activity from earlier calls, are restartable: they
+ *		   run in a subtransaction and look for a cycle first (after
+ *		   deadlock_timeout, where a wait of 4 looks after three times that);
+ *		   in a cycle the subtransaction is rolled back, which gives back all
+ *		   the call took, and the call starts over.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
@@ -59,22 +66,27 @@
  *		In a cycle of waits T1 -> T2 -> ... -> T1, where Ti waits for a lock
  *		Li held by Ti+1, each Li is below what Ti+1 waits for, so L1 < L2 <
  *		... < L1 if all of them were such transactions: impossible.  A cycle
- *		therefore needs a transaction of rule 4 (two of them, or one and a
- *		gatherer, a batch, close or freeze); PostgreSQL's deadlock detector
- *		fails one with 40P01.  Every wait of a claim, batch, close, freeze
- *		or reconciliation that is not of rule 4 lasts ten times
- *		deadlock_timeout before it looks for a cycle (RpPatientBegin), so
- *		the victim is the rule 4 transaction, not a single call nor the
- *		reconciler (whose failed pass would raise a false alarm):
- *		PostgreSQL's detector may fail any waiter whose check finds the
- *		cycle, even one merely queued behind it.  An earlier version
- *		refused such a transaction's wait up front while a gatherer was about (a share lock on the gather
- *		lock); under the stress run that failed about 4% of the two-claim
- *		transactions, far more often than the deadlocks it prevents, so it
- *		was dropped.  Earlier still, a batch gave back its user locks before
- *		every stripe wait and took them again after it, as single claims do:
- *		under 256 concurrent batches that was a loop of hundreds of lock
- *		manager calls per wait.  Then, without the gate, 256
+ *		therefore needs a transaction of rule 4.  If it also holds a
+ *		restartable wait of 5, that call gives way, and the transactions of
+ *		rule 4 go on: a transaction that already claimed never loses to a
+ *		gatherer, a close or a reconciliation, however many of them come.  A
+ *		batch gives back its stripes but keeps its user locks when it gives
+ *		way, so a cycle through a user lock a batch holds (the same user
+ *		claimed in the batch and by the transaction of rule 4) and a cycle of
+ *		transactions of rule 4 alone end with PostgreSQL failing one of them
+ *		with 40P01, after three times deadlock_timeout: the caller retries.
+ *		Every other wait holds nothing of its activity and waits ten times
+ *		deadlock_timeout before it looks for a cycle, so it is never the
+ *		victim: PostgreSQL's detector may fail any waiter whose check finds
+ *		a cycle, even one queued behind it.
+ *		History.  Before restartable waits the gatherer waited patiently and
+ *		the transaction of rule 4 was always the victim: under a stream of
+ *		gatherers a caller's two-claim transaction lost ten times in a row.
+ *		An earlier version refused a rule 4 wait up front while a gatherer
+ *		was about; that failed about 4% of the two-claim transactions.  A
+ *		batch once gave back its user locks before every stripe wait and took
+ *		them again after it: under 256 concurrent batches that was a loop of
+ *		hundreds of lock manager calls per wait.  Without the gate, 256
  *		batches of 100 users on 16 stripes meant ~240 of them waiting for a
  *		stripe holding ~150 user and bucket locks each (~38,000 locks in
  *		the shared lock table); with it, at most one batch per stripe holds
@@ -87,12 +99,14 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 
 #include "locks.h"
 #include "stripe.h"
@@ -118,7 +132,7 @@ static int64 *held_ids = NULL;
 bool
 RpHeldEarlier(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 		return false;
 	for (int i = 0; i < held_n; i++)
 		if (held_ids[i] == activity)
@@ -126,13 +140,20 @@ RpHeldEarlier(int64 activity)
 	return false;
 }
 
+/* Does this transaction keep locks of any activity from earlier calls? */
+bool
+RpHeldAny(void)
+{
+	return held_lxid == RpMyLocalXid && held_n > 0;
+}
+
 /* A claim or batch on the activity is done and keeps its locks. */
 void
 RpNoteHeld(int64 activity)
 {
-	if (held_lxid != MyProc->lxid)
+	if (held_lxid != RpMyLocalXid)
 	{
-		held_lxid = MyProc->lxid;
+		held_lxid = RpMyLocalXid;
 		held_n = 0;
 		held_max = 8;
 		held_ids = MemoryContextAlloc(TopTransactionContext, sizeof(int64) * held_max);
@@ -210,21 +231,91 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	return true;
 }
 
-/* Every stripe in stripe order, patiently: for close, freeze and reconciliation. */
-void
-RpWaitAllStripes(const RpActivity *act)
+/*
+ * Restartable acquisition (rule 5).  A call that holds nothing of any
+ * activity from earlier in its transaction takes what it needs in the
+ * protocol's order inside a subtransaction, waiting with deadlock_timeout
+ * itself, so that of a cycle of waits it is the first to look for it.  If
+ * PostgreSQL finds one (40P01), the subtransaction is rolled back, which
+ * gives back everything the call took, and the call starts over: the other
+ * transactions of the cycle, which hold locks of claims they already made,
+ * go on.  A cycle through such a call is of locks outside redpacket (the
+ * caller's own rows) after RP_MAX_RESTARTS starts: the last one waits
+ * patiently, without a subtransaction, and PostgreSQL fails whichever
+ * transaction finds the cycle.
+ */
+#define RP_MAX_RESTARTS 5
+
+typedef bool (*RpLockStep) (const RpActivity *act, uint32 arg);
+
+static int	restartable = 0;	/* inside a restartable acquisition */
+
+typedef enum RpStepResult
 {
-	RpPatientBegin(act->id);
-	RpLockAllStripes(act);
-	RpPatientEnd();
+	RP_STEP_TOOK,
+	RP_STEP_BUSY,
+	RP_STEP_RESTART
+} RpStepResult;
+
+static RpStepResult
+StepInSubTransaction(RpLockStep step, const RpActivity *act, uint32 arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile RpStepResult result = RP_STEP_BUSY;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	restartable++;
+	PG_TRY();
+	{
+		result = step(act, arg) ? RP_STEP_TOOK : RP_STEP_BUSY;
+		restartable--;
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		restartable--;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		result = RP_STEP_RESTART;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return result;
 }
 
-/*
- * Every stripe in stripe order, for a gathering claim or batch: false,
- * holding none of them, when it must answer busy.
- */
-bool
-RpWaitAllStripesOrBusy(const RpActivity *act)
+static bool
+Restartable(RpLockStep step, const RpActivity *act, uint32 arg)
+{
+	if (RpHeldAny())
+		return step(act, arg);	/* what it holds would stay: rule 4 */
+	for (int starts = 0; starts < RP_MAX_RESTARTS; starts++)
+	{
+		RpStepResult r = StepInSubTransaction(step, act, arg);
+
+		if (r != RP_STEP_RESTART)
+			return r == RP_STEP_TOOK;
+		ereport(DEBUG1,
+				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " was part of a deadlock; gave everything back and starts over",
+								 act->id)));
+	}
+	return step(act, arg);
+}
+
+/* Every stripe in stripe order; false, holding none of them, for busy. */
+static bool
+AllStripesStep(const RpActivity *act, uint32 unused)
 {
 	for (int s = 0; s < act->stripes; s++)
 		if (!RpWaitLock(RP_LOCK_STRIPE, act->id, (uint32) s, ExclusiveLock))
@@ -234,6 +325,23 @@ RpWaitAllStripesOrBusy(const RpActivity *act)
 			return false;
 		}
 	return true;
+}
+
+/* Every stripe in stripe order: for close, freeze and reconciliation. */
+void
+RpWaitAllStripes(const RpActivity *act)
+{
+	(void) Restartable(AllStripesStep, act, 0);
+}
+
+/*
+ * Every stripe in stripe order, for a gathering batch: false, holding none
+ * of them, when it must answer busy.
+ */
+bool
+RpWaitAllStripesOrBusy(const RpActivity *act)
+{
+	return Restartable(AllStripesStep, act, 0);
 }
 
 /*
@@ -279,14 +387,14 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 }
 
 /*
- * A claim or batch in a transaction that made no earlier claim on the
- * activity waits with ten times deadlock_timeout (RpWaitLock,
- * RpWaitAllStripes).
- * A cycle of waits needs a transaction that holds locks of earlier claims
- * (rule 4); the waiter whose deadlock_timeout runs out first finds the
- * cycle and is the one PostgreSQL fails with 40P01, so the victim is that
- * transaction, not the single call.  RpPatientEnd undoes the setting, or
- * the transaction's end does on an error.
+ * How long a wait lasts before PostgreSQL looks for a cycle through it
+ * (deadlock_timeout, the setting's value d): d inside a restartable
+ * acquisition (rule 5), which must look first; 3d for a transaction that
+ * holds locks of earlier claims on the activity (rule 4), which a
+ * restartable call gives way to and which fails with 40P01 only in a cycle
+ * of such transactions; 10d for every other wait, which holds nothing of
+ * the activity and is in no cycle of its locks.  RpPatientEnd undoes the
+ * setting, or the transaction's (or subtransaction's) end does on an error.
  */
 static int	patient_guc_level = 0;
 static bool patient = false;
@@ -294,12 +402,14 @@ static bool patient = false;
 void
 RpPatientBegin(int64 activity)
 {
-	patient = !RpHeldEarlier(activity);
+	int			times = RpHeldEarlier(activity) ? 3 : 10;
+
+	patient = restartable == 0;
 	if (!patient)
 		return;
 	patient_guc_level = NewGUCNestLevel();
 	(void) set_config_option("deadlock_timeout",
-							 psprintf("%d", Min(DeadlockTimeout, PG_INT32_MAX / 10) * 10),
+							 psprintf("%d", Min(DeadlockTimeout, PG_INT32_MAX / 10) * times),
 							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
 
@@ -313,22 +423,29 @@ RpPatientEnd(void)
 
 /*
  * Rule 3: holding nothing, become the gatherer: the gather lock, then the
- * claim's user lock, then every stripe in stripe order.  False, holding
- * none of them, when the claim must answer busy instead.
+ * claim's user lock, then every stripe in stripe order (restartable, rule
+ * 5).  False, holding none of them, when the claim must answer busy
+ * instead.
  */
-bool
-RpGatherBegin(const RpActivity *act, uint32 user_hash)
+static bool
+GatherStep(const RpActivity *act, uint32 user_hash)
 {
 	if (!RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock))
 		return false;
 	if (RpLockUser(act->id, user_hash, true))
 	{
-		if (RpWaitAllStripesOrBusy(act))
+		if (AllStripesStep(act, 0))
 			return true;
 		RpUnlockUser(act->id, user_hash);
 	}
 	RpUnlock(RP_LOCK_GATHER, act->id, 0);
 	return false;
+}
+
+bool
+RpGatherBegin(const RpActivity *act, uint32 user_hash)
+{
+	return Restartable(GatherStep, act, user_hash);
 }
 
 /*

@@ -1061,9 +1061,9 @@ PassInCallerXact(RpPass *pass, bool full_check, int64 after, int64 *last)
 static void
 KeptInThisXact(void)
 {
-	if (kept_lxid != MyProc->lxid)
+	if (kept_lxid != RpMyLocalXid)
 	{
-		kept_lxid = MyProc->lxid;
+		kept_lxid = RpMyLocalXid;
 		kept_in_xact = 0;
 	}
 }

@@ -16,16 +16,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-/* Version shims: keep anything major-specific here. */
-#if PG_VERSION_NUM < 150000
-#error "redpacket requires PostgreSQL 15 or later"
-#endif
-
-#if PG_VERSION_NUM >= 170000
-#define RpMyProcNumber MyProcNumber
-#else
-#define RpMyProcNumber (MyProc->pgprocno)
-#endif
+#include "compat.h"			/* the version shims */
 
 /*
  * GUC bounds and defaults (the reconciler's, the launcher's and the
@@ -173,6 +164,7 @@ extern void RpCheckBatchSize(int n);
 /* locks.c (locks.h declares the claim paths' protocol) */
 extern void RpWaitAllStripes(const RpActivity *act);
 extern bool RpHeldEarlier(int64 activity);
+extern bool RpHeldAny(void);
 extern void RpNoteHeld(int64 activity);
 #define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
 extern uint32 RpUserHash(text *user_id);

@@ -92,7 +92,7 @@ static bool draw_prng_seeded = false;
 int
 RpStartStripe(const RpActivity *act)
 {
-	if (sticky_lxid == MyProc->lxid && sticky_activity == act->id)
+	if (sticky_lxid == RpMyLocalXid && sticky_activity == act->id)
 		return sticky_stripe % act->stripes;
 	return (int) (((uint32) RpMyProcNumber * 7u + spread_counter++) % (uint32) act->stripes);
 }
@@ -100,7 +100,7 @@ RpStartStripe(const RpActivity *act)
 void
 RpRememberStripe(const RpActivity *act, int stripe)
 {
-	sticky_lxid = MyProc->lxid;
+	sticky_lxid = RpMyLocalXid;
 	sticky_activity = act->id;
 	sticky_stripe = stripe;
 }
@@ -156,19 +156,6 @@ RpTryLockAllStripes(const RpActivity *act, int *busy)
 }
 
 /*
- * Lock every stripe, in stripe order, waiting for each: for gatherers,
- * close, freeze and reconciliation.  The lock queue is fair, so under a
- * steady stream of claims they are served in turn; giving back and
- * retrying could starve them.
- */
-void
-RpLockAllStripes(const RpActivity *act)
-{
-	for (int s = 0; s < act->stripes; s++)
-		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
-}
-
-/*
  * The stripe count of a new activity.  Given (stripes =>): as asked.  By
  * default: redpacket.stripes, but an activity with a packet cap gets one
  * stripe per RP_PACKETS_PER_STRIPE packets at most -- a group packet of ten
@@ -204,60 +191,27 @@ static RpPlan insert_even = {
 	4, {INT8OID, INT8OID, INT8OID, INT4OID}
 };
 
-static RpPlan insert_dealt = {
-	"INSERT INTO redpacket.stripe"
-	"       (activity_id, stripe, balance, packets, dealt, dealt_units, dealt_count)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {INT8OID, INT4OID, INT8OID, INT4OID, INT8ARRAYOID, INT8OID, INT4OID}
-};
-
 static Datum DealtArray(const RpStripeState *st, bool *isnull);
 
 /*
- * The stripe rows of a new activity of units in packets (0: no cap).  On a
- * 1.4 catalog an activity with a cap and more than one stripe is dealt
- * straight away (RpDeal): its first lucky draws need no gathering, and a
- * session that claims first does not hold every stripe.
+ * The stripe rows of a new activity of units in packets (0: no cap): the
+ * budget and the packets spread evenly, nothing dealt.  Whether its claims
+ * will be lucky draws or fixed amounts is not known yet: the first lucky
+ * draw deals (alloc.c, rule 3), and fixed amounts are paid from undealt
+ * money, so an activity that never draws never gathers for a deal.
  */
 void
 RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes)
 {
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	RpStripeState *st;
-	int64	   *scratch;
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', packets > 0 ? ' ' : 'n', ' '};
 
 	values[0] = Int64GetDatum(activity);
-	if (packets == 0 || stripes == 1 || RpCatalogVersion() < RP_CATALOG_1_4)
-	{
-		values[1] = Int64GetDatum(units);
-		values[2] = Int64GetDatum(packets);
-		values[3] = Int32GetDatum(stripes);
-		nulls[2] = packets > 0 ? ' ' : 'n';
-		if (RpExec(&insert_even, values, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not insert stripes");
-		return;
-	}
-	st = palloc0(sizeof(RpStripeState) * stripes);
-	scratch = palloc(sizeof(int64) * stripes * RP_DEAL_BLOCK);
-	RpDeal(stripes, 0, units, packets, RpDrawUnits, scratch, st);
-	for (int s = 0; s < stripes; s++)
-	{
-		bool		isnull;
-		int64		dealt_units = 0;
-
-		for (int i = 0; i < st[s].ndealt; i++)
-			dealt_units += st[s].dealt[i];
-		values[1] = Int32GetDatum(s);
-		values[2] = Int64GetDatum(st[s].balance);
-		values[3] = Int32GetDatum((int32) st[s].packets);
-		values[4] = DealtArray(&st[s], &isnull);
-		nulls[4] = isnull ? 'n' : ' ';
-		values[5] = Int64GetDatum(dealt_units);
-		values[6] = Int32GetDatum(st[s].ndealt);
-		if (RpExec(&insert_dealt, values, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not insert stripe %d", s);
-	}
+	values[1] = Int64GetDatum(units);
+	values[2] = Int64GetDatum(packets);
+	values[3] = Int32GetDatum(stripes);
+	if (RpExec(&insert_even, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert stripes");
 }
 
 /* --- Stripe sets ----------------------------------------------------------- */

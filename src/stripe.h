@@ -23,8 +23,7 @@ extern void RpRememberStripe(const RpActivity *act, int stripe);
 /* The double-mean draw in minor units (uniform in 1 .. twice the mean). */
 extern int64 RpDrawUnits(int64 balance, int64 packets);
 
-/* Lock every stripe in stripe order, waiting for each; or try, all or none. */
-extern void RpLockAllStripes(const RpActivity *act);
+/* Try to lock every stripe, all or none (busy: one that was not free). */
 extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
 
 /* The outcome of an attempt to take money (single claims and batches). */

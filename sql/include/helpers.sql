@@ -79,8 +79,8 @@ $$;
 
 -- A drained lucky-draw activity's amounts (in minor units) in the order they
 -- were drawn, with the units r and packets p the activity had left before
--- each draw.  One stripe: the claims' order.  More: every deal (at creation,
--- then whenever no stripe has an amount left) draws the next 32 * stripes
+-- each draw.  One stripe: the claims' order.  More: every deal (at the first
+-- lucky draw, then whenever no stripe has an amount left) draws the next 32 * stripes
 -- amounts and deals them round the stripes, the j-th to stripe j % stripes;
 -- so, claims made one after the other, the k-th claim belongs to deal
 -- k / (32 * stripes), and the q-th claim a stripe paid in a deal was that

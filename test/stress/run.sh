@@ -71,7 +71,7 @@ for clients in "${ROUNDS[@]}"; do
     # victim (40P01, see src/locks.c) and is retried; the checks below prove
     # that no other kind of transaction ever was one.
     "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$jobs" -t "$tx" --random-seed="$((SEED + round))" \
-        --max-tries=10 \
+        --max-tries=10 -l --log-prefix="$RP_DIR/txlog-$round" \
         -D fixed="${ACT[fixed]}" -D lucky="${ACT[lucky]}" -D rain="${ACT[rain]}" -D cent7="${ACT[cent7]}" \
         -f "$HERE/claim_fixed.pgbench@4" -f "$HERE/claim_rollback.pgbench@1" \
         -f "$HERE/claim_lucky.pgbench@3" -f "$HERE/claim_rain.pgbench@2" \
@@ -167,6 +167,19 @@ if [ "$victims" -eq "$pair_victims" ]; then
     echo "PASS  deadlock victims were only two-claim transactions: $victims (retried by pgbench)"
 else
     echo "FAIL  deadlock victims: $victims, of which only $pair_victims two-claim transactions"
+    fails=$((fails + 1))
+fi
+
+# How often one transaction lost in a row: the retries of each (the last
+# field of pgbench's per-transaction log lines).
+read -r retried worst < <(cat "$RP_DIR"/txlog-* | awk '
+    { r = $NF; if (r > 0) n++; if (r > w) w = r }
+    END { print n + 0, w + 0 }')
+checks=$((checks + 1))
+if [ "$worst" -le 2 ]; then
+    echo "PASS  no transaction lost more than twice in a row: $retried retried, at most $worst times"
+else
+    echo "FAIL  a transaction lost $worst times in a row ($retried transactions retried)"
     fails=$((fails + 1))
 fi
 

@@ -1,8 +1,11 @@
 # A pass never exhausts the shared lock table, and a restore pauses it.
 #
 # With the default lock table (max_connections = 100,
-# max_locks_per_transaction = 64: about 7,800 entries for the whole server),
-# 24 activities of 1024 stripes each expire at the same moment.  Settling an
+# max_locks_per_transaction = 64: about 7,800 entries for the whole server on
+# PostgreSQL 15, 8,700 on 18, whose 16 autovacuum worker slots count as
+# backends; advisory locks never take 18's larger fast-path slots, which are
+# for relation locks), 24 activities of 1024 stripes each expire at the same
+# moment.  Settling an
 # activity locks all its stripes; a pass that kept them all until its end
 # would need 24,576 locks, fail with "out of shared memory" forever, and
 # starve every other session.  The worker commits per activity: all 24 are

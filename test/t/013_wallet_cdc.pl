@@ -47,7 +47,7 @@ CREATE TABLE redpacket.claim (
     PRIMARY KEY (activity_id, claim_id));
 CREATE TABLE redpacket.ledger (
     activity_id bigint, entry_id bigint, kind text, amount numeric, reason text,
-    created_at timestamptz, created_by name,
+    created_at timestamptz, created_by name, packets integer,
     PRIMARY KEY (activity_id, entry_id));
 CREATE TABLE wallet (user_id text PRIMARY KEY, balance numeric NOT NULL);
 CREATE TABLE wallet_credit (

@@ -19,7 +19,9 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE DATABASE c13');
 $node->safe_psql('c13', "CREATE EXTENSION redpacket VERSION '1.3'");
 
-my $attack = slurp_file("$ENV{TESTDIR}/sql/claim_search_path.sql");
+# TESTDIR: the source tree (PostgreSQL 15's PGXS sets it; 18's runs the
+# tests from the source tree without it)
+my $attack = slurp_file(($ENV{TESTDIR} || '.') . '/sql/claim_search_path.sql');
 
 sub attack_rounds
 {
