@@ -1141,4 +1141,68 @@ COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
 
 -- [ops] Operating -------------------------------------------------------------
 
+-- Ids never repeat in a database, across DROP and CREATE EXTENSION too.  The
+-- positions of the extension's sequences are kept in the database setting
+-- redpacket.id_marks, which outlives the extension: written by the drop
+-- guard before a drop, by CREATE EXTENSION and ALTER EXTENSION UPDATE (the
+-- last statement of this section), by rp_post_restore and by the reconciler;
+-- a new installation starts its sequences past them.  src/ids.c has the
+-- argument.
+CREATE FUNCTION redpacket.rp_keep_ids(new_installation boolean DEFAULT false) RETURNS boolean
+AS 'MODULE_PATHNAME', 'rp_keep_ids'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_keep_ids(boolean) IS
+    'Keeps the positions of redpacket''s sequences in the database setting redpacket.id_marks (which outlives the extension) and, for a new installation (the install script) or after a drop, starts the sequences past the ids an earlier installation handed out. Returns whether it wrote the setting. Superuser.';
+REVOKE ALL ON FUNCTION redpacket.rp_keep_ids(boolean) FROM PUBLIC;
+
+-- rp_post_restore also records the positions the restore gave the sequences.
+CREATE OR REPLACE PROCEDURE redpacket.rp_post_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    r record;
+    deadline timestamptz;
+    checked bigint := 0;
+    failed bigint := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I RESET redpacket.restoring',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'off', false);
+    -- the restore set the sequences: keep their positions (redpacket.id_marks)
+    PERFORM redpacket.rp_keep_ids(false);
+    COMMIT;
+    -- a full check of every activity, one transaction each (so the locks of
+    -- one activity at a time are held); a pass of the worker running at the
+    -- same moment makes rp_reconcile return no row: wait and try again
+    FOR a IN SELECT act.id FROM redpacket.activity act ORDER BY act.id LOOP
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '60 s';
+        LOOP
+            SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.count(*) FILTER (WHERE NOT x.ok) AS bad
+              INTO r FROM redpacket.rp_reconcile(a.id, true) x;
+            EXIT WHEN r.n OPERATOR(pg_catalog.>) 0;
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) deadline THEN
+                RAISE EXCEPTION 'redpacket: activity % could not be checked within 60 s', a.id
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Another reconciliation pass kept running; CALL redpacket.rp_post_restore() again.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+        END LOOP;
+        checked := checked OPERATOR(pg_catalog.+) 1;
+        failed := failed OPERATOR(pg_catalog.+) r.bad;
+        COMMIT;
+    END LOOP;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'redpacket: restore finished, % activities checked, % failed', checked, failed
+            USING HINT = 'See redpacket.reconciliation for the failed checks.';
+    ELSE
+        RAISE NOTICE 'redpacket: restore finished, % activities checked, all ok', checked;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
+    'After a restore into this database: clears redpacket.restoring for the database and the session, records the restored positions of the sequences (redpacket.id_marks), then fully checks every activity, one transaction each. CALL it outside a transaction block.';
+
+SELECT redpacket.rp_keep_ids(true);
+
 -- [citus] Scale-out -----------------------------------------------------------

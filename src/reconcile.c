@@ -44,6 +44,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "ids.h"
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
@@ -1083,7 +1084,10 @@ WorkerRecord(void *arg)
 	RpWorkerState *w = arg;
 
 	if (WorkerMayAct())
+	{
 		RecordPass(w->started, &w->pass);
+		RpIdsKeepUp();			/* ids.c: the marks that outlive the extension */
+	}
 }
 
 /*

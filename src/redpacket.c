@@ -10,6 +10,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "ids.h"
 #include "redpacket.h"
 
 PG_MODULE_MAGIC;
@@ -115,6 +116,8 @@ _PG_init(void)
 								RP_MAX_STATS_MAX_ACTIVITIES,
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	}
+
+	RpIdsInit();
 
 	MarkGUCPrefixReserved("redpacket");
 
