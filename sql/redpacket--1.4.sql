@@ -1203,6 +1203,20 @@ $$;
 COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
     'After a restore into this database: clears redpacket.restoring for the database and the session, records the restored positions of the sequences (redpacket.id_marks), then fully checks every activity, one transaction each. CALL it outside a transaction block.';
 
+-- What an application may read about a user without claiming (src/lookup.c).
+CREATE FUNCTION redpacket.rp_user_claims(activity bigint, user_id text)
+RETURNS TABLE (claim_id bigint, amount numeric, claimed_at timestamptz, request_id text)
+AS 'MODULE_PATHNAME', 'rp_user_claims'
+LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1;
+COMMENT ON FUNCTION redpacket.rp_user_claims(bigint, text) IS
+    'Read-only, for applications: the claims a user holds in an activity (claim_id, amount, claimed_at, request_id), oldest first, found with one index probe; no row when none; errors for bad ids as rp_claim. Granted by rp_grant_app.';
+REVOKE ALL ON FUNCTION redpacket.rp_user_claims(bigint, text) FROM PUBLIC;
+
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)');
+
 SELECT redpacket.rp_keep_ids(true);
 
 -- [citus] Scale-out -----------------------------------------------------------
