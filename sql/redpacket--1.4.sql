@@ -1203,6 +1203,19 @@ $$;
 COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
     'After a restore into this database: clears redpacket.restoring for the database and the session, records the restored positions of the sequences (redpacket.id_marks), then fully checks every activity, one transaction each. CALL it outside a transaction block.';
 
+-- Repairing stripes that no longer match the ledger (src/repair.c), and the
+-- check rp_unfreeze makes before it lifts a reconciler's freeze
+-- (src/unfreeze.c).
+CREATE FUNCTION redpacket.rp_repair_stripes(activity bigint, reason text)
+RETURNS redpacket.reconciliation
+AS 'MODULE_PATHNAME', 'rp_repair_stripes'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_repair_stripes(bigint, text) IS
+    'Rebuilds every stripe of a frozen, open activity from its ledger and its live claims (balance and packets spread evenly, claim counters from the claims, lucky draws dealt ahead cleared), records it in activity_change (kind repair, with the reason), and returns the full check that must then pass (nothing is written otherwise). The activity stays frozen until rp_unfreeze.';
+REVOKE ALL ON FUNCTION redpacket.rp_repair_stripes(bigint, text) FROM PUBLIC;
+COMMENT ON FUNCTION redpacket.rp_unfreeze(bigint) IS
+    'Lifts an operator or reconciliation freeze. An activity the reconciler froze, or whose last check failed, is unfrozen only when a full check passes at that moment (SQLSTATE 55000 naming the failed check otherwise).';
+
 -- What an application may read about a user without claiming (src/lookup.c).
 CREATE FUNCTION redpacket.rp_user_claims(activity bigint, user_id text)
 RETURNS TABLE (claim_id bigint, amount numeric, claimed_at timestamptz, request_id text)
@@ -1215,7 +1228,8 @@ REVOKE ALL ON FUNCTION redpacket.rp_user_claims(bigint, text) FROM PUBLIC;
 
 INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
     ('app', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
-    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)');
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_repair_stripes(bigint, text)');
 
 SELECT redpacket.rp_keep_ids(true);
 
