@@ -294,6 +294,37 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
     ('operator', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
     ('operator', 'EXECUTE ON FUNCTION redpacket.rp_repair_stripes(bigint, text)');
 
+-- Roles granted under an older version lack what 1.4 adds to their kind.
+-- GRANTs run by an extension script become the extension's initial
+-- privileges, which pg_dump leaves out (a restore would lose them), so the
+-- update does not grant them itself: the owner runs rp_regrant() after it.
+CREATE FUNCTION redpacket.rp_regrant() RETURNS TABLE (role regrole, kind text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- a role that may call rp_claim is an application role, one that may
+    -- call rp_reconcile an operator role: what rp_grant_app and
+    -- rp_grant_operator gave them
+    FOR role, kind IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole, k.kind
+          FROM (VALUES ('app', 'redpacket.rp_claim(bigint, text, numeric, text)'),
+                       ('operator', 'redpacket.rp_reconcile(bigint, boolean)')) k(kind, fn)
+          JOIN pg_catalog.pg_proc p
+            ON p.oid OPERATOR(pg_catalog.=) k.fn::pg_catalog.regprocedure
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+         ORDER BY 2, 1
+    LOOP
+        PERFORM redpacket.rp_grant_role(role, kind);
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_regrant() IS
+    'After ALTER EXTENSION redpacket UPDATE: gives every role that may call rp_claim what rp_grant_app grants now, and every role that may call rp_reconcile what rp_grant_operator grants now; returns them. For the extension owner.';
+REVOKE ALL ON FUNCTION redpacket.rp_regrant() FROM PUBLIC;
+
 SELECT redpacket.rp_keep_ids(false);
 
 -- [citus] Scale-out -----------------------------------------------------------
