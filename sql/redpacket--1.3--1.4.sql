@@ -49,6 +49,24 @@ ROWS 100;
 ALTER TABLE redpacket.activity ADD COLUMN revision bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.activity.revision IS
     'Bumped by every change of the schedule or the packet cap; the stripes carry the same number.';
+ALTER TABLE redpacket.activity ADD COLUMN restricted boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN redpacket.activity.restricted IS
+    'Only users on the activity''s list (redpacket.eligible) may claim; others get not_eligible.';
+CREATE TABLE redpacket.eligible (
+    activity_id bigint NOT NULL,
+    user_id     text COLLATE "C" NOT NULL,
+    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    added_by    name NOT NULL DEFAULT pg_catalog.session_user(),
+    PRIMARY KEY (activity_id, user_id)
+);
+COMMENT ON TABLE redpacket.eligible IS
+    'The users who may claim from a restricted activity (rp_allow, rp_disallow). Removing a user never touches a claim already made.';
+COMMENT ON COLUMN redpacket.eligible.activity_id IS 'The restricted activity.';
+COMMENT ON COLUMN redpacket.eligible.user_id IS 'A user who may claim (compared byte-wise, as claim.user_id).';
+COMMENT ON COLUMN redpacket.eligible.added_at IS 'When the user was added.';
+COMMENT ON COLUMN redpacket.eligible.added_by IS 'Session user who added the user.';
+REVOKE ALL ON redpacket.eligible FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('redpacket.eligible', '');
 ALTER TABLE redpacket.stripe
     ADD COLUMN revision bigint NOT NULL DEFAULT 0,
     ADD COLUMN dealt bigint[],

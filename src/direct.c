@@ -1,34 +1,32 @@
 /*
  * direct.c
- *		The fast path of rp_claim written against the executor's
- *		simple-relation interfaces instead of SPI, for a single node (the
- *		tables are not Citus-distributed).  It does what the fast path's one
- *		SQL statement (stripe.c, take_and_claim) does, in the same order and
- *		with the same visibility: after the user's and the stripe's locks, a
- *		fresh snapshot; the duplicate probe on the claim's unique key; the
- *		stripe row found by its key and updated only when it can pay, has a
- *		packet left and is not halted (a row updated concurrently is followed
- *		to its newest version and checked again, as READ COMMITTED does); the
- *		claim inserted with claim_id from its column default's sequence and
- *		claimed_at = now(); every index maintained and the tables' NOT NULL
- *		and CHECK constraints checked.  It skips planning, plan revalidation
- *		and executor start-up, which the profile shows are most of the SPI
- *		path's cost.
+ *		The fast path's executor-direct backend (fast.h), for a single node
+ *		(the tables are not Citus-distributed): what the SPI backend's one
+ *		statement (fast.c) does, in the same order and with the same
+ *		visibility, without planning, plan revalidation or executor
+ *		start-up, which are most of the SPI path's cost.  After the user's
+ *		and the stripe's locks, a fresh snapshot; the duplicate probe on the
+ *		claim's unique key; for a restricted activity, the user's row in
+ *		eligible; the stripe row found by its key and updated only when it is
+ *		not halted, at the revision the caller read and has the undealt money
+ *		and packet (a row updated concurrently is followed to its newest
+ *		version and checked again, as READ COMMITTED does); the claim
+ *		inserted through the executor's simple-relation interface (as
+ *		logical replication's apply does: its constraints and every index),
+ *		with claim_id from its column default's sequence and claimed_at =
+ *		now().
  *
- *		It is not used, and the SPI path runs instead, when
- *		redpacket.direct_claims is off, the transaction is read-only (the SQL
- *		raises the error), the tables are distributed, the
- *		activity allows more than one claim per user, or either table is not
- *		the plain table the SQL statement would write the same way: user
- *		triggers on INSERT into claim or UPDATE of stripe (the README tells
- *		users to add an AFTER INSERT trigger for wallet credits), rules,
- *		row-level security, inheritance children or a parent, generated or
- *		extra columns, a column typmod, or a changed claim_id default; nor
- *		when an auditing or access-control module hooks the executor's
- *		permission checks (ExecutorCheckPerms_hook), or the tables changed
- *		while the call waited for their locks.  The relation and index OIDs and the column numbers
- *		are found by name once and kept until a relcache invalidation of any
- *		of them (ALTER, CREATE INDEX, DROP/CREATE EXTENSION).
+ *		It steps aside (RP_DIRECT_UNUSED: the SPI backend runs) when
+ *		redpacket.direct_claims is off, the transaction is read-only, the
+ *		activity allows more than one claim per user, or a table is not the
+ *		plain table the SQL statement would write the same way: user
+ *		triggers on INSERT into claim or UPDATE of stripe, rules, row-level
+ *		security, inheritance children or a parent, generated or extra
+ *		columns, a column typmod, a changed claim_id default, a missing
+ *		privilege; or when an auditing or access-control module hooks the
+ *		executor's permission checks, or the tables changed while the call
+ *		waited for their locks.  What it learns of the tables' shape is kept
+ *		until the catalog's generation moves (catalog.c).
  */
 #include "postgres.h"
 
@@ -55,7 +53,8 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "redpacket.h"
+#include "catalog.h"
+#include "fast.h"
 
 bool		rp_direct_claims = true;
 
@@ -70,6 +69,10 @@ enum
 	S_ACTIVITY, S_STRIPE, S_BALANCE, S_PACKETS, S_CLAIMS, S_HALTED,
 	S_NREQUIRED,				/* 1.0 to 1.3 have these; 1.4 has the rest too */
 	S_REVISION = S_NREQUIRED, S_DEALT, S_DEALT_UNITS, S_DEALT_COUNT, S_NCOLS
+};
+enum
+{
+	E_ACTIVITY, E_USER, E_NCOLS
 };
 static const char *const claim_cols[C_NCOLS] = {
 	"activity_id", "claim_id", "user_id", "request_id", "idempotency_key", "amount",
@@ -87,33 +90,25 @@ static const Oid stripe_types[S_NCOLS] = {
 	INT8OID, INT8ARRAYOID, INT8OID, INT4OID
 };
 
-/* What the direct path needs to know about the tables, found once. */
+/* What the direct path knows about the tables, for one catalog generation. */
 typedef struct DirectCache
 {
-	bool		valid;			/* filled in and not invalidated since */
+	uint64		generation;		/* 0: not built */
 	bool		usable;			/* the tables have the expected shape */
 	Oid			claim;
 	Oid			claim_key;		/* unique (activity_id, user_id, idempotency_key) */
 	Oid			claim_seq;		/* the sequence of claim_id's default */
 	Oid			stripe;
 	Oid			stripe_key;		/* primary key (activity_id, stripe) */
+	Oid			eligible;		/* 1.4 */
+	Oid			eligible_key;	/* primary key (activity_id, user_id) */
 	AttrNumber	c[C_NCOLS];
 	AttrNumber	s[S_NCOLS];
 	Oid			key_coll[3];	/* collations of the claim key's columns */
+	Oid			eligible_coll[2];
 } DirectCache;
 
 static DirectCache cache;
-static uint64 cache_invals = 0;
-static bool callback_registered = false;
-
-static void
-DirectInvalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == cache.claim || relid == cache.claim_key ||
-		relid == cache.claim_seq || relid == cache.stripe || relid == cache.stripe_key)
-		cache.valid = false;
-	cache_invals++;
-}
 
 /*
  * Column numbers of the named columns, checking their types; the first
@@ -216,11 +211,27 @@ FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
 	return found;
 }
 
-/* Look the tables up by name and check their shape. */
+/* The eligible table's primary key, when the catalog has the table. */
+static void
+FindEligibleKey(DirectCache *c)
+{
+	static const Oid types[E_NCOLS] = {INT8OID, TEXTOID};
+	Relation	rel;
+	AttrNumber	keys[E_NCOLS];
+
+	if (!OidIsValid(c->eligible))
+		return;
+	rel = table_open(c->eligible, AccessShareLock);
+	for (int k = 0; k < E_NCOLS; k++)
+		keys[k] = (AttrNumber) (k + 1);
+	c->eligible_key = FindKeyIndex(rel, keys, types, E_NCOLS, c->eligible_coll);
+	table_close(rel, AccessShareLock);
+}
+
+/* Look the tables up and check their shape. */
 static bool
 DirectCacheBuild(DirectCache *c)
 {
-	Oid			nsp = get_namespace_oid("redpacket", true);
 	Relation	claim;
 	Relation	stripe;
 	AttrNumber	keys[3];
@@ -228,8 +239,9 @@ DirectCacheBuild(DirectCache *c)
 	Oid			pktypes[2] = {INT8OID, INT4OID};
 
 	memset(c, 0, sizeof(*c));
-	c->claim = OidIsValid(nsp) ? get_relname_relid("claim", nsp) : InvalidOid;
-	c->stripe = OidIsValid(nsp) ? get_relname_relid("stripe", nsp) : InvalidOid;
+	c->claim = RpRelid(RP_REL_CLAIM);
+	c->stripe = RpRelid(RP_REL_STRIPE);
+	c->eligible = RpRelid(RP_REL_ELIGIBLE);
 	if (!OidIsValid(c->claim) || !OidIsValid(c->stripe))
 		return false;
 
@@ -251,30 +263,24 @@ DirectCacheBuild(DirectCache *c)
 	}
 	table_close(stripe, AccessShareLock);
 	table_close(claim, AccessShareLock);
+	FindEligibleKey(c);
 	return OidIsValid(c->claim_seq) && OidIsValid(c->claim_key) && OidIsValid(c->stripe_key);
 }
 
-/* True when the cached shape is known and fit for the direct path. */
+/* True when the shape is known for the current generation and fit. */
 static bool
 DirectCacheReady(void)
 {
-	uint64		invals;
+	uint64		generation = RpCatalogGeneration();
 	DirectCache built;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(DirectInvalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	if (cache.valid)
+	if (cache.generation == generation)
 		return cache.usable;
-
-	/* an invalidation while building means the result may be stale already */
-	invals = cache_invals;
 	built.usable = DirectCacheBuild(&built);
-	built.valid = (invals == cache_invals);
+	/* an invalidation while building means the result may be stale already */
+	built.generation = RpCatalogGeneration() == generation ? generation : 0;
 	cache = built;
-	return cache.usable && built.valid;
+	return built.usable && built.generation != 0;
 }
 
 /*
@@ -393,17 +399,21 @@ OptionalInt(TupleTableSlot *slot, AttrNumber att)
 }
 
 /*
- * Can the stripe row in slot pay units for one more packet?  A fixed amount
- * is paid from what is not dealt to lucky draws.
+ * Can the stripe row in slot pay units for one more packet?  Not halted, at
+ * the revision the claim read the activity with, and enough undealt money
+ * and an undealt packet (a fixed amount is never paid from what is dealt
+ * to lucky draws).
  */
 static bool
-StripeCanPay(TupleTableSlot *slot, int64 units)
+StripeCanPay(TupleTableSlot *slot, int64 units, int64 revision)
 {
 	bool		isnull;
 	Datum		d;
 
 	d = slot_getattr(slot, cache.s[S_HALTED], &isnull);
 	if (isnull || DatumGetBool(d))
+		return false;
+	if (OptionalInt(slot, cache.s[S_REVISION]) != revision)
 		return false;
 	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
 	if (isnull || DatumGetInt64(d) - OptionalInt(slot, cache.s[S_DEALT_UNITS]) < units)
@@ -443,7 +453,8 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
  * written nothing, when the stripe cannot pay or is gone.
  */
 static bool
-DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int64 units)
+DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int stripe,
+			int64 units)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
@@ -453,7 +464,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 	LockTupleMode lockmode;
 	bool		update_indexes;
 
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(act->id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
 	if (!FetchByKey(rel, cache.stripe_key, estate->es_snapshot, keys, 2, old))
 		return false;
@@ -464,7 +475,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 		ItemPointerData tid = old->tts_tid;
 		bool		isnull;
 
-		if (!StripeCanPay(old, units))
+		if (!StripeCanPay(old, units, act->revision))
 			return false;
 		StripeDebited(old, new, units);
 		if (RelationGetDescr(rel)->constr)
@@ -483,7 +494,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
 						 errmsg("stripe %d of activity " INT64_FORMAT " was already modified by an operation triggered by the current command",
-								stripe, activity)));
+								stripe, act->id)));
 			return false;
 		}
 		if (r != TM_Updated)
@@ -497,7 +508,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 			return false;
 		if (r != TM_Ok)
 			elog(ERROR, "unexpected result %d locking stripe %d", (int) r, stripe);
-		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != activity ||
+		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != act->id ||
 			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
@@ -508,87 +519,108 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 
 /* Is there a claim under the claim's key visible to the snapshot? */
 static bool
-ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fast,
+ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fc,
 			TupleTableSlot *slot)
 {
 	ScanKeyData keys[3];
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
-	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->user_id));
-	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->key));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
+	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->key));
 	for (int k = 0; k < 3; k++)
 		keys[k].sk_collation = cache.key_coll[k];
 	return FetchByKey(rel, cache.claim_key, snap, keys, 3, slot);
 }
 
-/* INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()) */
+/* Is the user on the restricted activity's list, as the snapshot sees it? */
+static bool
+UserEligible(EState *estate, int64 activity, const RpFastClaim *fc)
+{
+	Relation	rel;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	bool		found;
+
+	if (!OidIsValid(cache.eligible_key))
+		return false;
+	rel = table_open(cache.eligible, AccessShareLock);
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
+	keys[1].sk_collation = cache.eligible_coll[1];
+	found = FetchByKey(rel, cache.eligible_key, estate->es_snapshot, keys, 2, slot);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()), through
+ * the executor's simple-relation insert (constraints, every index).
+ */
 static void
 InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 activity,
-			int stripe, RpFastClaim *fast)
+			int stripe, RpFastClaim *fc)
 {
-	Relation	rel = rri->ri_RelationDesc;
-	int			natts = RelationGetDescr(rel)->natts;
+	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
 
-	fast->claim_id = nextval_internal(cache.claim_seq, true);
-	fast->claimed_at = GetCurrentTransactionStartTimestamp();
+	fc->claim_id = nextval_internal(cache.claim_seq, true);
+	fc->claimed_at = GetCurrentTransactionStartTimestamp();
 
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, sizeof(bool) * natts);
 	slot->tts_values[cache.c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
-	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fast->claim_id);
-	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fast->user_id);
-	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fast->request_id);
-	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fast->key);
-	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fast->amount);
+	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fc->claim_id);
+	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fc->user_id);
+	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fc->request_id);
+	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fc->key);
+	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fc->amount);
 	slot->tts_values[cache.c[C_STRIPE] - 1] = Int32GetDatum(stripe);
-	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fast->claimed_at);
+	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fc->claimed_at);
 	for (int i = 0; i < C_NCOLS; i++)
 		slot->tts_isnull[cache.c[i] - 1] = false;
-	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fast->request_id == NULL);
+	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fc->request_id == NULL);
 	ExecStoreVirtualTuple(slot);
-
-	if (RelationGetDescr(rel)->constr)
-		ExecConstraints(rri, slot, estate);
-	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
-	if (rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+	ExecSimpleRelationInsert(rri, estate, slot);
 }
 
 /* The checks, the decrement and the insert, with the tables open. */
 static RpDirectResult
 DirectWrite(EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
-			const RpActivity *act, int stripe_no, int64 units, RpFastClaim *fast)
+			const RpActivity *act, int stripe_no, RpFastClaim *fc)
 {
 	TupleTableSlot *cslot = table_slot_create(claim->ri_RelationDesc, &estate->es_tupleTable);
 
-	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fast, cslot))
+	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fc, cslot))
+		return RP_DIRECT_DIVERT;
+	if (act->restricted && !UserEligible(estate, act->id, fc))
 		return RP_DIRECT_DIVERT;
 	CheckCmdReplicaIdentity(stripe->ri_RelationDesc, CMD_UPDATE);
-	if (!DebitStripe(stripe, estate, act->id, stripe_no, units))
+	if (!DebitStripe(stripe, estate, act, stripe_no, fc->units))
 		return RP_DIRECT_DIVERT;
-	InsertClaim(claim, estate, cslot, act->id, stripe_no, fast);
+	InsertClaim(claim, estate, cslot, act->id, stripe_no, fc);
 	return RP_DIRECT_TOOK;
 }
 
 /*
  * The fast path's one attempt on a stripe whose lock the caller holds,
  * with the user's lock held and under READ COMMITTED: RP_DIRECT_TOOK (the
- * stripe paid and the claim is inserted, fast->claim_id and claimed_at
- * set), RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
- * RP_DIRECT_UNUSED (the direct path does not apply: run the SQL).
+ * stripe paid and the claim is inserted, claim_id and claimed_at set),
+ * RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
+ * RP_DIRECT_UNUSED (the direct path does not apply: another backend runs).
  */
 RpDirectResult
-RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 {
 	EState	   *estate;
 	MemoryContext old;
 	ResultRelInfo *claim;
 	ResultRelInfo *stripes;
 	RpDirectResult result = RP_DIRECT_UNUSED;
+	uint64		generation;
 
 	/* a read-only transaction (or a standby): the SQL raises 25006 */
 	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly ||
-		IsInParallelMode() || RpDistributed())
+		IsInParallelMode())
 		return RP_DIRECT_UNUSED;
 	/* an auditing or access-control module checks what the executor writes */
 	if (ExecutorCheckPerms_hook != NULL)
@@ -599,6 +631,7 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
 		return RP_DIRECT_UNUSED;
 	}
+	generation = cache.generation;
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
@@ -607,10 +640,10 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 
 	/*
 	 * Taking the tables' locks may have waited for an ALTER and processed
-	 * its invalidation: what was cached before may be stale.  The SQL path
-	 * serves this call; the next one rebuilds the cache.
+	 * its invalidation: what was learned before may be stale.  The SQL path
+	 * serves this call; the next one learns again.
 	 */
-	if (claim && stripes && cache.valid &&
+	if (claim && stripes && RpCatalogGeneration() == generation &&
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
@@ -619,10 +652,10 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		estate->es_snapshot = GetActiveSnapshot();
 		estate->es_output_cid = GetCurrentCommandId(true);
-		result = DirectWrite(estate, claim, stripes, act, stripe, units, fast);
+		result = DirectWrite(estate, claim, stripes, act, stripe, fc);
 		PopActiveSnapshot();
-		if (result == RP_DIRECT_TOOK)
-			ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path")));
+		ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path (%s)",
+										 result == RP_DIRECT_TOOK ? "paid" : "diverted")));
 	}
 	else
 		ereport(DEBUG1,

@@ -11,6 +11,7 @@
 #include "utils/guc.h"
 
 #include "ids.h"
+#include "locks.h"
 #include "redpacket.h"
 
 PG_MODULE_MAGIC;
@@ -118,6 +119,7 @@ _PG_init(void)
 	}
 
 	RpIdsInit();
+	RpLocksInit();
 
 	MarkGUCPrefixReserved("redpacket");
 

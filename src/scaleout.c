@@ -32,6 +32,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "fast.h"
 #include "redpacket.h"
 
 /* Is redpacket.activity a Citus distributed table? */
