@@ -143,6 +143,10 @@ SELECT ok, problems FROM redpacket.rp_reconcile(:x);
 SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, ''why'')', :x));
 SELECT count(*) AS changes FROM redpacket.activity_change WHERE activity_id = :x AND kind = 'repair';
 SELECT sum(balance) AS balance FROM redpacket.stripe WHERE activity_id = :x;
+-- with the forged row gone, the books come right again
+SELECT pg_temp.tamper(format('DELETE FROM redpacket.claim WHERE activity_id = %s AND user_id = ''forger''', :x));
+SELECT ok FROM redpacket.rp_reconcile(:x, true);
+SELECT redpacket.rp_unfreeze(:x);
 
 -- The operator role gets rp_repair_stripes from rp_grant_operator, the
 -- application role does not.
