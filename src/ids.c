@@ -40,7 +40,9 @@
  *		  writes them again: rp_post_restore, and the reconciler at the end of
  *		  every pass when the positions went past what the marks bound.  The
  *		  marks are also rewritten after 1 GB of WAL, so that the bound stays
- *		  small.
+ *		  small.  A sequence found below its installed mark (set back by a
+ *		  restore of an older dump) is moved forward to it: ids up to the
+ *		  mark may have been handed out.
  *		A database without marks (a new one, a copy made with CREATE DATABASE
  *		... TEMPLATE, which does not copy settings) gets them from the first
  *		of those writers.  pg_dump/pg_restore into a new database carries
@@ -415,8 +417,17 @@ RpIdsKeep(bool new_installation)
 				+ RP_IDS_SLACK;
 		ApplyFloors(&m, add, &now);
 	}
-	else if (have && Covers(&m, &now))
-		return false;
+	else if (have)
+	{
+		/*
+		 * Marks of this installation: ids up to them may have been handed
+		 * out, so a sequence set back below them (a restore of an older
+		 * dump after a DROP and CREATE EXTENSION) goes forward again.
+		 */
+		ApplyFloors(&m, 0, &now);
+		if (Covers(&m, &now))
+			return false;
+	}
 	RpIdsRecord(false);
 	return true;
 }

@@ -15,7 +15,9 @@
 # and the subscriber's apply never hits a duplicate key.  Also: a copy made
 # with CREATE DATABASE ... TEMPLATE (which does not copy the setting) gets its
 # marks from the reconciler; pg_dump/pg_restore into a new database continues
-# after the dump's ids; a refused drop records nothing.
+# after the dump's ids; a rebuilt schema (dump, DROP, CREATE, a data-only
+# restore of the older dump) hands out none of the ids made after the dump;
+# a refused drop records nothing.
 use strict;
 use warnings;
 
@@ -248,6 +250,40 @@ sql('SET redpacket.allow_drop = on; DROP EXTENSION redpacket', 'restored');
 sql('CREATE EXTENSION redpacket', 'restored');
 life('restored', 'restored');
 above('the restored database, after DROP/CREATE EXTENSION', 'restored', $four);
+
+# --- A rebuilt schema: dump, DROP, CREATE, restore the older dump ---------------
+# The rows made after the dump were handed out (and published) before the
+# drop; the restore sets the sequences back to the dump's positions, and
+# rp_post_restore moves them forward past every id handed out.
+
+sql('CREATE DATABASE rebuilt');
+sql('CREATE EXTENSION redpacket', 'rebuilt');
+life('rebuilt', 'before-dump');
+$pub->command_ok(
+	[ 'pg_dump', '-Fc', '-n', 'redpacket', '-e', 'redpacket', '-f', "$tmp/rebuilt.dump",
+		'-d', $pub->connstr('rebuilt') ],
+	'pg_dump of the redpacket schema');
+my @dumped = split /\|/, sql($max_q, 'rebuilt');
+life('rebuilt', 'after-dump');
+my @handed_out = split /\|/, sql($max_q, 'rebuilt');
+sql('SET redpacket.allow_drop = on; DROP EXTENSION redpacket', 'rebuilt');
+sql('CREATE EXTENSION redpacket', 'rebuilt');
+sql('CALL redpacket.rp_pre_restore()', 'rebuilt');
+$pub->command_ok(
+	[ 'pg_restore', '--data-only', '-d', $pub->connstr('rebuilt'), "$tmp/rebuilt.dump" ],
+	'pg_restore --data-only of the older dump');
+sql('CALL redpacket.rp_post_restore()', 'rebuilt');
+is( join('|', (split /\|/, sql($max_q, 'rebuilt'))[ 0 .. 2 ]), join('|', @dumped[ 0 .. 2 ]),
+	'the dump\'s activities, claims and entries are back, not those made after it');
+life('rebuilt', 'rebuilt');
+cmp_ok(sql('SELECT max(claim_id) FROM redpacket.claim', 'rebuilt'), '>', $handed_out[1],
+	'new claims are paid after the restore');
+is( sql(qq{SELECT (SELECT count(*) FROM redpacket.activity WHERE id > $dumped[0] AND id <= $handed_out[0])
+                + (SELECT count(*) FROM redpacket.claim WHERE claim_id > $dumped[1] AND claim_id <= $handed_out[1])
+                + (SELECT count(*) FROM redpacket.ledger WHERE entry_id > $dumped[2] AND entry_id <= $handed_out[2])
+                + (SELECT count(*) FROM redpacket.reconciliation WHERE pass_id > $dumped[3] AND pass_id <= $handed_out[3])},
+		'rebuilt'),
+	'0', 'no id handed out between the dump and the drop is handed out again');
 
 ok(!$pub->log_contains(qr/PANIC|terminated by signal/, 0), 'no crash on the publisher');
 $sub->stop;
