@@ -55,14 +55,23 @@ static RpPlan full_check = {
 };
 
 /*
- * The reconciliation lock (a pass takes it before any stripe), then every
- * stripe of the activity, kept to the end of the transaction.
+ * The reconciliation lock and every stripe lock of the activity, kept to
+ * the end of the transaction.  A pass takes the reconciliation lock before
+ * any stripe, so this does too; a transaction that already holds locks of
+ * the activity (it froze it, or claimed) waits for the reconciliation lock
+ * holding them, out of that order, as such a transaction does for stripes
+ * (rule 4 in locks.c: PostgreSQL may fail it with 40P01).
  */
 void
 RpHoldActivity(const RpActivity *act)
 {
-	(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
+	bool		held = RpHeldEarlier(act->id);
+
+	if (!held)
+		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
 	RpWaitAllStripes(act);
+	if (held)
+		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
 	RpNoteHeld(act->id);		/* its stripes stay locked: rule 4 in locks.c */
 }
 
@@ -145,13 +154,38 @@ RpRequireFullCheck(int64 activity, const char *what)
 	return SPI_datumTransfer(RpGetDatum(0, FC_ROW, &isnull), false, -1);
 }
 
+/*
+ * Does lifting the hold need a full check?  The reconciler froze it, or its
+ * last check failed.  Stable while every stripe lock is held: a pass checks
+ * and freezes an activity holding them all.
+ */
+static bool
+NeedsFullCheck(int64 activity)
+{
+	Datum		id = Int64GetDatum(activity);
+	bool		isnull;
+	Datum		d;
+	bool		needed;
+
+	if (RpExec(&hold_state, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read activity " INT64_FORMAT, activity);
+	d = RpGetDatum(0, 3, &isnull);
+	needed = !isnull && !DatumGetBool(d);
+	d = RpGetDatum(0, 2, &isnull);
+	if (!isnull && strncmp(TextDatumGetCString(d), RP_RECONCILER_FREEZE,
+						   strlen(RP_RECONCILER_FREEZE)) == 0)
+		needed = true;
+	return needed;
+}
+
 void
 RpUnfreezeCheck(int64 activity)
 {
 	Datum		id = Int64GetDatum(activity);
-	bool		isnull;
+	bool		isnull = true;
+	bool		held;
 	bool		needed;
-	Datum		d;
+	RpActivity	act = {.id = activity, .frozen = true};
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -165,23 +199,36 @@ RpUnfreezeCheck(int64 activity)
 		elog(ERROR, "could not read activity " INT64_FORMAT, activity);
 	if (SPI_processed == 1)
 		(void) RpGetDatum(0, 2, &isnull);
-	if (SPI_processed == 1 && !isnull)	/* frozen; an unknown one is SetFrozen's */
+	if (isnull)
 	{
-		RpActivity	act = {.id = activity, .frozen = true};
-
-		act.stripes = DatumGetInt32(RpGetDatum(0, 1, &isnull));
-		RpHoldActivity(&act);
-		/* read again under the locks: a pass may have frozen or checked it */
-		if (RpExec(&hold_state, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read activity " INT64_FORMAT, activity);
-		d = RpGetDatum(0, 3, &isnull);
-		needed = !isnull && !DatumGetBool(d);
-		d = RpGetDatum(0, 2, &isnull);
-		if (!isnull && strncmp(TextDatumGetCString(d), RP_RECONCILER_FREEZE,
-							   strlen(RP_RECONCILER_FREEZE)) == 0)
-			needed = true;
-		if (needed)
-			(void) RpRequireFullCheck(activity, "unfrozen");
+		/* not frozen, or unknown: SetFrozen's to answer */
+		SPI_finish();
+		return;
 	}
+	act.stripes = DatumGetInt32(RpGetDatum(0, 1, &isnull));
+
+	/*
+	 * Every stripe, as SetFrozen takes them next: enough for an operator's
+	 * hold on books that balance.  A full check needs the reconciliation
+	 * lock too, which a pass takes before the stripes: try it, and when a
+	 * pass has it, give back the stripes taken here and take both in the
+	 * pass's order (a transaction that held them already waits holding
+	 * them, as in RpHoldActivity).
+	 */
+	held = RpHeldEarlier(activity);
+	RpWaitAllStripes(&act);
+	needed = NeedsFullCheck(activity);
+	if (needed && !RpLock(RP_LOCK_RECONCILE, 0, 0, false))
+	{
+		if (!held)
+			for (int s = 0; s < act.stripes; s++)
+				RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
+		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
+		RpWaitAllStripes(&act);
+		needed = NeedsFullCheck(activity);
+	}
+	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
+	if (needed)
+		(void) RpRequireFullCheck(activity, "unfrozen");
 	SPI_finish();
 }
