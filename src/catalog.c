@@ -15,6 +15,7 @@
 #include "utils/lsyscache.h"
 
 #include "catalog.h"
+#include "redpacket.h"
 
 static const char *const rel_names[RP_NRELS] = {
 	"activity", "stripe", "claim", "eligible"
@@ -46,7 +47,7 @@ CatalogLoad(void)
 
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(CatalogInvalidate, (Datum) 0);
+		RpOnRelcacheInvalidation(CatalogInvalidate);
 		callback_registered = true;
 	}
 	nsp = get_namespace_oid("redpacket", true);

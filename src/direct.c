@@ -1,9 +1,10 @@
 /*
  * direct.c
- *		The fast path's executor-direct backend (fast.h), for a single node
- *		(the tables are not Citus-distributed): what the SPI backend's one
- *		statement (fast.c) does, in the same order and with the same
- *		visibility, without planning, plan revalidation or executor
+ *		The fast path's executor-direct backend (fast.h), on this node's own
+ *		tables or, on a Citus node that holds the activity, on its shard
+ *		tables (scaleout.c names them, holding Citus's shard metadata locks):
+ *		what the SPI backend's one statement (fast.c) does, in the same order
+ *		and with the same visibility, without planning, plan revalidation or executor
  *		start-up, which are most of the SPI path's cost.  After the user's
  *		and the stripe's locks, a fresh snapshot; the duplicate probe on the
  *		claim's unique key; for a restricted activity, the user's row in
@@ -26,7 +27,8 @@
  *		privilege; or when an auditing or access-control module hooks the
  *		executor's permission checks, or the tables changed while the call
  *		waited for their locks.  What it learns of the tables' shape is kept
- *		until the catalog's generation moves (catalog.c).
+ *		until the catalog's generation moves (catalog.c), for shards until an
+ *		invalidation of one of them (a shard move).
  */
 #include "postgres.h"
 
@@ -47,8 +49,10 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -108,7 +112,26 @@ typedef struct DirectCache
 	Oid			eligible_coll[2];
 } DirectCache;
 
-static DirectCache cache;
+static DirectCache cache;		/* this node's own tables */
+
+/* The tables of a Citus node's shards, one entry per claim shard. */
+typedef struct DirectShards
+{
+	Oid			claim;			/* hash key: the claim shard */
+	Oid			stripe;			/* the stripe shard and the sequence asked for */
+	Oid			seq;
+	bool		valid;			/* not invalidated since it was built */
+	DirectCache c;
+} DirectShards;
+
+#define RP_DIRECT_SHARDS_MAX 256	/* entries kept; then the cache starts over */
+
+static HTAB *shard_cache = NULL;
+static bool shard_callback = false;
+
+/* The shape of the tables the current call writes (RpDirectTake). */
+static const DirectCache *dc = NULL;
+static DirectShards *dc_shards = NULL;	/* its entry, when they are shards */
 
 /*
  * Column numbers of the named columns, checking their types; the first
@@ -228,9 +251,14 @@ FindEligibleKey(DirectCache *c)
 	table_close(rel, AccessShareLock);
 }
 
-/* Look the tables up and check their shape. */
+/*
+ * Check the shape of the tables claim_rel and stripe_rel (eligible_rel may
+ * be InvalidOid); claim_seq is the sequence of claim ids, or InvalidOid for
+ * claim_id's column default.
+ */
 static bool
-DirectCacheBuild(DirectCache *c)
+DirectCacheBuild(DirectCache *c, Oid claim_rel, Oid stripe_rel, Oid eligible_rel,
+				 Oid claim_seq)
 {
 	Relation	claim;
 	Relation	stripe;
@@ -239,20 +267,27 @@ DirectCacheBuild(DirectCache *c)
 	Oid			pktypes[2] = {INT8OID, INT4OID};
 
 	memset(c, 0, sizeof(*c));
-	c->claim = RpRelid(RP_REL_CLAIM);
-	c->stripe = RpRelid(RP_REL_STRIPE);
-	c->eligible = RpRelid(RP_REL_ELIGIBLE);
+	c->claim = claim_rel;
+	c->stripe = stripe_rel;
+	c->eligible = eligible_rel;
 	if (!OidIsValid(c->claim) || !OidIsValid(c->stripe))
 		return false;
 
-	claim = table_open(c->claim, AccessShareLock);
-	stripe = table_open(c->stripe, AccessShareLock);
+	claim = try_table_open(c->claim, AccessShareLock);
+	stripe = claim ? try_table_open(c->stripe, AccessShareLock) : NULL;
+	if (stripe == NULL)
+	{
+		if (claim)
+			table_close(claim, AccessShareLock);
+		return false;			/* dropped since it was named (a shard moved away) */
+	}
 	if (claim->rd_rel->relkind == RELKIND_RELATION &&
 		stripe->rd_rel->relkind == RELKIND_RELATION &&
 		FindColumns(claim, claim_cols, claim_types, C_NCOLS, C_NCOLS, c->c) &&
 		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, S_NREQUIRED, c->s))
 	{
-		c->claim_seq = DefaultSequence(claim, c->c[C_CLAIM_ID]);
+		c->claim_seq = OidIsValid(claim_seq) ? claim_seq
+			: DefaultSequence(claim, c->c[C_CLAIM_ID]);
 		keys[0] = c->c[C_ACTIVITY];
 		keys[1] = c->c[C_USER];
 		keys[2] = c->c[C_KEY];
@@ -267,7 +302,7 @@ DirectCacheBuild(DirectCache *c)
 	return OidIsValid(c->claim_seq) && OidIsValid(c->claim_key) && OidIsValid(c->stripe_key);
 }
 
-/* True when the shape is known for the current generation and fit. */
+/* True when the shape of this node's own tables is known for the generation and fit. */
 static bool
 DirectCacheReady(void)
 {
@@ -276,11 +311,102 @@ DirectCacheReady(void)
 
 	if (cache.generation == generation)
 		return cache.usable;
-	built.usable = DirectCacheBuild(&built);
+	built.usable = DirectCacheBuild(&built, RpRelid(RP_REL_CLAIM), RpRelid(RP_REL_STRIPE),
+									RpRelid(RP_REL_ELIGIBLE), InvalidOid);
 	/* an invalidation while building means the result may be stale already */
 	built.generation = RpCatalogGeneration() == generation ? generation : 0;
 	cache = built;
 	return built.usable && built.generation != 0;
+}
+
+/* A shard entry is stale after an invalidation of one of its relations. */
+static void
+ShardInvalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS scan;
+	DirectShards *e;
+
+	if (shard_cache == NULL)
+		return;
+	hash_seq_init(&scan, shard_cache);
+	while ((e = hash_seq_search(&scan)) != NULL)
+		if (relid == InvalidOid || relid == e->c.claim || relid == e->c.claim_key ||
+			relid == e->c.claim_seq || relid == e->c.stripe || relid == e->c.stripe_key)
+			e->valid = false;
+}
+
+/*
+ * The shape of a Citus node's shard tables of an activity (scaleout.c names
+ * them, holding Citus's shard metadata locks), or NULL when not fit.  The
+ * sequence is redpacket.claim_id_seq, what the distributed table's default
+ * draws (a shard has no column default).
+ */
+static const DirectCache *
+ShardCacheReady(Oid claim_rel, Oid stripe_rel, Oid claim_seq)
+{
+	DirectShards *e;
+	bool		found;
+
+	if (!shard_callback)
+	{
+		RpOnRelcacheInvalidation(ShardInvalidate);
+		shard_callback = true;
+	}
+	if (shard_cache != NULL && hash_get_num_entries(shard_cache) >= RP_DIRECT_SHARDS_MAX &&
+		hash_search(shard_cache, &claim_rel, HASH_FIND, NULL) == NULL)
+	{
+		hash_destroy(shard_cache);
+		shard_cache = NULL;
+	}
+	if (shard_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(DirectShards);
+		ctl.hcxt = TopMemoryContext;
+		shard_cache = hash_create("redpacket direct shards", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(shard_cache, &claim_rel, HASH_ENTER, &found);
+	if (!found || !e->valid || e->stripe != stripe_rel || e->seq != claim_seq)
+	{
+		e->stripe = stripe_rel;
+		e->seq = claim_seq;
+		e->valid = true;
+		e->c.usable = DirectCacheBuild(&e->c, claim_rel, stripe_rel, InvalidOid, claim_seq);
+		if (!e->valid)
+			return NULL;		/* invalidated while it was built */
+	}
+	dc_shards = e;
+	return e->c.usable ? &e->c : NULL;
+}
+
+/*
+ * The shape of the tables this claim writes: this node's own, or on a
+ * Citus node the activity's shards; NULL when the direct path cannot write
+ * them.
+ */
+static const DirectCache *
+TablesFor(const RpActivity *act)
+{
+	Oid			claim_rel;
+	Oid			stripe_rel;
+	Oid			claim_seq;
+
+	dc_shards = NULL;
+	if (!RpDistributed())
+		return DirectCacheReady() ? &cache : NULL;
+	if (!RpShardTables(act->id, &claim_rel, &stripe_rel, &claim_seq))
+		return NULL;
+	return ShardCacheReady(claim_rel, stripe_rel, claim_seq);
+}
+
+/* What TablesFor answered is still true (no invalidation since). */
+static bool
+TablesStill(uint64 generation)
+{
+	return dc_shards ? dc_shards->valid : RpCatalogGeneration() == generation;
 }
 
 /*
@@ -410,16 +536,16 @@ StripeCanPay(TupleTableSlot *slot, int64 units, int64 revision)
 	bool		isnull;
 	Datum		d;
 
-	d = slot_getattr(slot, cache.s[S_HALTED], &isnull);
+	d = slot_getattr(slot, dc->s[S_HALTED], &isnull);
 	if (isnull || DatumGetBool(d))
 		return false;
-	if (OptionalInt(slot, cache.s[S_REVISION]) != revision)
+	if (OptionalInt(slot, dc->s[S_REVISION]) != revision)
 		return false;
-	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
-	if (isnull || DatumGetInt64(d) - OptionalInt(slot, cache.s[S_DEALT_UNITS]) < units)
+	d = slot_getattr(slot, dc->s[S_BALANCE], &isnull);
+	if (isnull || DatumGetInt64(d) - OptionalInt(slot, dc->s[S_DEALT_UNITS]) < units)
 		return false;
-	d = slot_getattr(slot, cache.s[S_PACKETS], &isnull);
-	return isnull || DatumGetInt32(d) - OptionalInt(slot, cache.s[S_DEALT_COUNT]) > 0;
+	d = slot_getattr(slot, dc->s[S_PACKETS], &isnull);
+	return isnull || DatumGetInt32(d) - OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0;
 }
 
 /* The row of old with units, one packet and one more claim taken. */
@@ -432,16 +558,16 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
 	memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
-	new->tts_values[cache.s[S_BALANCE] - 1] =
-		Int64GetDatum(DatumGetInt64(old->tts_values[cache.s[S_BALANCE] - 1]) - units);
-	if (!old->tts_isnull[cache.s[S_PACKETS] - 1])
-		new->tts_values[cache.s[S_PACKETS] - 1] =
-			Int32GetDatum(DatumGetInt32(old->tts_values[cache.s[S_PACKETS] - 1]) - 1);
-	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[cache.s[S_CLAIMS] - 1]), 1, &claims))
+	new->tts_values[dc->s[S_BALANCE] - 1] =
+		Int64GetDatum(DatumGetInt64(old->tts_values[dc->s[S_BALANCE] - 1]) - units);
+	if (!old->tts_isnull[dc->s[S_PACKETS] - 1])
+		new->tts_values[dc->s[S_PACKETS] - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[dc->s[S_PACKETS] - 1]) - 1);
+	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[dc->s[S_CLAIMS] - 1]), 1, &claims))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("bigint out of range")));
-	new->tts_values[cache.s[S_CLAIMS] - 1] = Int64GetDatum(claims);
+	new->tts_values[dc->s[S_CLAIMS] - 1] = Int64GetDatum(claims);
 	ExecStoreVirtualTuple(new);
 }
 
@@ -466,7 +592,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(act->id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
-	if (!FetchByKey(rel, cache.stripe_key, estate->es_snapshot, keys, 2, old))
+	if (!FetchByKey(rel, dc->stripe_key, estate->es_snapshot, keys, 2, old))
 		return false;
 
 	for (;;)
@@ -508,8 +634,8 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 			return false;
 		if (r != TM_Ok)
 			elog(ERROR, "unexpected result %d locking stripe %d", (int) r, stripe);
-		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != act->id ||
-			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
+		if (DatumGetInt64(slot_getattr(old, dc->s[S_ACTIVITY], &isnull)) != act->id ||
+			DatumGetInt32(slot_getattr(old, dc->s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
 	if (update_indexes && rri->ri_NumIndices > 0)
@@ -528,8 +654,8 @@ ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fc,
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
 	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->key));
 	for (int k = 0; k < 3; k++)
-		keys[k].sk_collation = cache.key_coll[k];
-	return FetchByKey(rel, cache.claim_key, snap, keys, 3, slot);
+		keys[k].sk_collation = dc->key_coll[k];
+	return FetchByKey(rel, dc->claim_key, snap, keys, 3, slot);
 }
 
 /* Is the user on the restricted activity's list, as the snapshot sees it? */
@@ -541,14 +667,14 @@ UserEligible(EState *estate, int64 activity, const RpFastClaim *fc)
 	ScanKeyData keys[2];
 	bool		found;
 
-	if (!OidIsValid(cache.eligible_key))
+	if (!OidIsValid(dc->eligible_key))
 		return false;
-	rel = table_open(cache.eligible, AccessShareLock);
+	rel = table_open(dc->eligible, AccessShareLock);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
-	keys[1].sk_collation = cache.eligible_coll[1];
-	found = FetchByKey(rel, cache.eligible_key, estate->es_snapshot, keys, 2, slot);
+	keys[1].sk_collation = dc->eligible_coll[1];
+	found = FetchByKey(rel, dc->eligible_key, estate->es_snapshot, keys, 2, slot);
 	table_close(rel, NoLock);
 	return found;
 }
@@ -563,22 +689,22 @@ InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 acti
 {
 	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
 
-	fc->claim_id = nextval_internal(cache.claim_seq, true);
+	fc->claim_id = nextval_internal(dc->claim_seq, true);
 	fc->claimed_at = GetCurrentTransactionStartTimestamp();
 
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, sizeof(bool) * natts);
-	slot->tts_values[cache.c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
-	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fc->claim_id);
-	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fc->user_id);
-	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fc->request_id);
-	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fc->key);
-	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fc->amount);
-	slot->tts_values[cache.c[C_STRIPE] - 1] = Int32GetDatum(stripe);
-	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fc->claimed_at);
+	slot->tts_values[dc->c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
+	slot->tts_values[dc->c[C_CLAIM_ID] - 1] = Int64GetDatum(fc->claim_id);
+	slot->tts_values[dc->c[C_USER] - 1] = PointerGetDatum(fc->user_id);
+	slot->tts_values[dc->c[C_REQUEST] - 1] = PointerGetDatum(fc->request_id);
+	slot->tts_values[dc->c[C_KEY] - 1] = PointerGetDatum(fc->key);
+	slot->tts_values[dc->c[C_AMOUNT] - 1] = NumericGetDatum(fc->amount);
+	slot->tts_values[dc->c[C_STRIPE] - 1] = Int32GetDatum(stripe);
+	slot->tts_values[dc->c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fc->claimed_at);
 	for (int i = 0; i < C_NCOLS; i++)
-		slot->tts_isnull[cache.c[i] - 1] = false;
-	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fc->request_id == NULL);
+		slot->tts_isnull[dc->c[i] - 1] = false;
+	slot->tts_isnull[dc->c[C_REQUEST] - 1] = (fc->request_id == NULL);
 	ExecStoreVirtualTuple(slot);
 	ExecSimpleRelationInsert(rri, estate, slot);
 }
@@ -625,25 +751,26 @@ RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 	/* an auditing or access-control module checks what the executor writes */
 	if (ExecutorCheckPerms_hook != NULL)
 		return RP_DIRECT_UNUSED;
-	if (!DirectCacheReady())
+	dc = TablesFor(act);
+	if (dc == NULL)
 	{
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
 		return RP_DIRECT_UNUSED;
 	}
-	generation = cache.generation;
+	generation = RpCatalogGeneration();
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	claim = OpenTarget(cache.claim);
-	stripes = claim ? OpenTarget(cache.stripe) : NULL;
+	claim = OpenTarget(dc->claim);
+	stripes = claim ? OpenTarget(dc->stripe) : NULL;
 
 	/*
 	 * Taking the tables' locks may have waited for an ALTER and processed
 	 * its invalidation: what was learned before may be stale.  The SQL path
 	 * serves this call; the next one learns again.
 	 */
-	if (claim && stripes && RpCatalogGeneration() == generation &&
+	if (claim && stripes && TablesStill(generation) &&
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{

@@ -108,16 +108,19 @@ TakeSpi(const RpActivity *act, int stripe, RpFastClaim *fc)
 	return true;
 }
 
+/*
+ * The backend: on a Citus cluster restricted activities take the careful
+ * path (the shard statements know no eligibility list).  Otherwise the
+ * direct backend, on this node's tables or the activity's shards; when it
+ * does not apply, the shard statements on Citus, else the SPI statement.
+ */
 bool
 RpFastTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 {
-	if (RpDistributed())
-	{
-		/* the shard backend knows no eligibility lists: restricted ones go careful */
-		if (act->restricted)
-			return false;
-		return RpShardFastClaim(act, stripe, fc->units, fc);
-	}
+	bool		distributed = RpDistributed();
+
+	if (distributed && act->restricted)
+		return false;
 	switch (RpDirectTake(act, stripe, fc))
 	{
 		case RP_DIRECT_TOOK:
@@ -127,5 +130,7 @@ RpFastTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 		case RP_DIRECT_UNUSED:
 			break;
 	}
+	if (distributed)
+		return RpShardFastClaim(act, stripe, fc->units, fc);
 	return TakeSpi(act, stripe, fc);
 }

@@ -74,7 +74,7 @@
  *		was dropped.  Earlier still, a batch gave back its user locks before
  *		every stripe wait and took them again after it, as single claims do:
  *		under 256 concurrent batches that was a loop of hundreds of lock
- *		manager calls per wait (issue 14).  Then, without the gate, 256
+ *		manager calls per wait.  Then, without the gate, 256
  *		batches of 100 users on 16 stripes meant ~240 of them waiting for a
  *		stripe holding ~150 user and bucket locks each (~38,000 locks in
  *		the shared lock table); with it, at most one batch per stripe holds
@@ -153,8 +153,10 @@ RpNoteHeld(int64 activity)
  * mode that conflicts with none of the modes it is taken in); a call that
  * would wait while max_waiting others hold it answers busy instead, having
  * waited for nothing.  Only inside RpBusyScope (rp_claim and rp_claim_batch
- * on a 1.4 catalog, which has the status) and only with max_waiting set:
- * otherwise no marker is taken.
+ * on a 1.4 catalog, which has the status).  Every waiting claim holds the
+ * marker, whatever its own setting, so that a session with the setting
+ * counts the waits of sessions without it; the marker costs one lock per
+ * wait, next to a wait for a commit.
  */
 int			rp_max_waiting = 0;
 static bool busy_scope = false;
@@ -197,7 +199,7 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 		return true;			/* free: no wait, no setting to change */
 	if (TooManyWaiting(activity))
 		return false;
-	marked = busy_scope && rp_max_waiting > 0;
+	marked = busy_scope;
 	if (marked)
 		(void) RpLockMode(RP_LOCK_WAITING, activity, 0, RowShareLock, true);
 	RpPatientBegin(activity);
@@ -338,7 +340,7 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
  * stripes at once; the other batches wait for a slot holding
  * no lock of the activity: one lock each, however many users they carry.
  * Without it, hundreds of batches waited for a few stripes holding ~150
- * user and bucket locks each (issue 14).  A transaction that holds locks
+ * user and bucket locks each.  A transaction that holds locks
  * of earlier claims on the activity (rule 4), including a slot of its own,
  * passes: it never waits for the gate.
  */

@@ -10,6 +10,7 @@
 #include "fmgr.h"
 #include "executor/spi.h"
 #include "storage/lock.h"
+#include "utils/inval.h"
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -110,6 +111,9 @@ extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *null
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
 
+/* base.c: the library's one relcache invalidation callback, shared by its caches */
+extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
+
 /* base.c: what the installed catalog is, and whether a restore is running */
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
@@ -171,17 +175,9 @@ extern void RpCheckRequestId(text *request_id);
 extern void RpCheckBatchSize(int n);
 
 /*
- * SQL shared by the single-node statements and their Citus shard twins
- * (scaleout.c): the fast decrement's SET and WHERE clauses, and the rows of
- * a batch's claim insert from its arrays $2..$6.
+ * SQL shared by batch.c's claim insert and its Citus shard twin
+ * (scaleout.c): the rows of a batch's claims from its arrays $2..$6.
  */
-#define RP_SQL_TAKE_FIXED \
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
-	"       packets = packets OPERATOR(pg_catalog.-) 1," \
-	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2" \
-	"   AND balance OPERATOR(pg_catalog.>=) $3" \
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted"
 #define RP_SQL_BATCH_ROWS \
 	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
 	"                   pg_catalog.unnest($3::pg_catalog.text[])," \
@@ -255,6 +251,7 @@ extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
+extern bool RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq);
 extern int	RpShardInsertClaims(int64 activity, Datum *values);
 extern void RpReconcileCluster(bool full_check, Tuplestorestate *out);
 
