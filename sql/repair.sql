@@ -77,6 +77,13 @@ SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, '''')', :a
 SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, ''why'')', :unknown));
 SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, ''why'')', :live));
 SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, ''why'')', :shut));
+-- Both read the books after their locks: READ COMMITTED only.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.refusal(format('SELECT redpacket.rp_repair_stripes(%s, ''why'')', :a));
+ROLLBACK;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.refusal(format('SELECT redpacket.rp_unfreeze(%s)', :a));
+ROLLBACK;
 
 -- The repair: the stripes are rebuilt from the ledger and the claims, the
 -- full check passes, the change is recorded, the activity stays frozen.

@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
@@ -199,6 +200,13 @@ rp_repair_stripes(PG_FUNCTION_ARGS)
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	reason = ReasonArg(fcinfo, 1);
+	/* it reads the books after its locks, as a pass does */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("rp_repair_stripes must run in a READ COMMITTED transaction"),
+				 errdetail("It reads the ledger and the claims with a fresh snapshot after it has locked the activity's stripes."),
+				 errhint("Call it outside an explicit REPEATABLE READ or SERIALIZABLE transaction.")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	RpRequireLocalActivity(PG_GETARG_INT64(0));
