@@ -73,3 +73,11 @@ test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/alloc.h
 	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
 alloc-test: test/alloc/plan_test
 	test/alloc/plan_test
+
+# The lucky draw's theory that sql/lucky_group.sql checks against (a
+# program of its own; prints the figures that test's header lists).
+.PHONY: lucky-theory
+test/alloc/lucky_theory: test/alloc/lucky_theory.c
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ test/alloc/lucky_theory.c -lm
+lucky-theory: test/alloc/lucky_theory
+	test/alloc/lucky_theory

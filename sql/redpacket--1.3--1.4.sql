@@ -214,6 +214,32 @@ END;
 COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
     'Grants an operator role USAGE on the schema and what redpacket.role_grant lists for operator: the admin functions, reconciliation, the counters and SELECT on the tables and views.';
 
+-- Best luck (手气最佳) of an activity: its largest claim, the earliest of
+-- them on a tie, and whether it can still change.
+CREATE FUNCTION redpacket.rp_best_luck(activity bigint)
+RETURNS TABLE (claim_id bigint, user_id text, amount numeric, claimed_at timestamptz,
+               final boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.claim_id, c.user_id, c.amount, c.claimed_at,
+           (a.closed_at IS NOT NULL
+            OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+            OR NOT EXISTS (SELECT 1 FROM redpacket.stripe s
+                            WHERE s.activity_id OPERATOR(pg_catalog.=) a.id
+                              AND s.balance OPERATOR(pg_catalog.>) 0
+                              AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0)))
+      FROM redpacket.claim c
+      JOIN redpacket.activity a ON a.id OPERATOR(pg_catalog.=) c.activity_id
+     WHERE c.activity_id OPERATOR(pg_catalog.=) $1
+     ORDER BY c.amount DESC, c.claim_id
+     LIMIT 1
+$$;
+COMMENT ON FUNCTION redpacket.rp_best_luck(bigint) IS
+    'Best luck (手气最佳): the activity''s largest claim (the earliest of them on a tie), and final: true once the activity has ended or closed or has no money or packet left (a later top-up can make it false again). No row before the first claim. Reads every claim of the activity.';
+REVOKE ALL ON FUNCTION redpacket.rp_best_luck(bigint) FROM PUBLIC;
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)');
+
 -- [campaign] Eligibility lists, live changes and their record -----------------
 
 -- [wallet] Settling claims with the wallet -----------------------------------
