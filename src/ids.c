@@ -58,7 +58,6 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "common/int.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
