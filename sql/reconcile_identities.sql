@@ -160,16 +160,18 @@ UPDATE redpacket.stripe SET dealt_units = 150 WHERE activity_id = :d AND stripe 
 SET client_min_messages = error;
 SELECT ok, problems FROM redpacket.rp_reconcile(:d, true);
 RESET client_min_messages;
+-- put right (an unfreeze needs books that balance)
+UPDATE redpacket.stripe SET dealt_units = 200 WHERE activity_id = :d AND stripe = 0;
 SELECT redpacket.rp_unfreeze(:d);
 UPDATE redpacket.stripe SET dealt = '{120, 80, 600}', dealt_units = 800, dealt_count = 3
 WHERE activity_id = :d AND stripe = 0;
 SET client_min_messages = error;
 SELECT ok, problems FROM redpacket.rp_reconcile(:d, true);
 RESET client_min_messages;
-SELECT redpacket.rp_unfreeze(:d);
--- settlement empties what was dealt with the rest
 UPDATE redpacket.stripe SET dealt = '{120, 80}', dealt_units = 200, dealt_count = 2
 WHERE activity_id = :d AND stripe = 0;
+SELECT redpacket.rp_unfreeze(:d);
+-- settlement empties what was dealt with the rest
 SELECT redpacket.rp_close_activity(:d) AS returned;
 SELECT count(*) FILTER (WHERE dealt IS NOT NULL OR dealt_units <> 0 OR dealt_count <> 0) AS dealt_left
 FROM redpacket.stripe WHERE activity_id = :d;

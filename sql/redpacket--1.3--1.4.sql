@@ -672,6 +672,129 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
 
 -- [ops] Operating -------------------------------------------------------------
 
+-- Ids never repeat in a database, across DROP and CREATE EXTENSION too.  The
+-- positions of the extension's sequences are kept in the database setting
+-- redpacket.id_marks, which outlives the extension: written by the drop
+-- guard before a drop, by CREATE EXTENSION and ALTER EXTENSION UPDATE (the
+-- last statement of this section), by rp_post_restore and by the reconciler;
+-- a new installation starts its sequences past them.  src/ids.c has the
+-- argument.
+CREATE FUNCTION redpacket.rp_keep_ids(new_installation boolean DEFAULT false) RETURNS boolean
+AS 'MODULE_PATHNAME', 'rp_keep_ids'
+LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_keep_ids(boolean) IS
+    'Keeps the positions of redpacket''s sequences in the database setting redpacket.id_marks (which outlives the extension) and, for a new installation (the install script) or after a drop, starts the sequences past the ids an earlier installation handed out. Returns whether it wrote the setting. Superuser.';
+REVOKE ALL ON FUNCTION redpacket.rp_keep_ids(boolean) FROM PUBLIC;
+
+-- rp_post_restore also records the positions the restore gave the sequences.
+CREATE OR REPLACE PROCEDURE redpacket.rp_post_restore()
+LANGUAGE plpgsql AS $$
+DECLARE
+    a record;
+    r record;
+    deadline timestamptz;
+    checked bigint := 0;
+    failed bigint := 0;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER DATABASE %I RESET redpacket.restoring',
+                              pg_catalog.current_database());
+    PERFORM pg_catalog.set_config('redpacket.restoring', 'off', false);
+    -- the restore set the sequences: keep their positions (redpacket.id_marks)
+    PERFORM redpacket.rp_keep_ids(false);
+    COMMIT;
+    -- a full check of every activity, one transaction each (so the locks of
+    -- one activity at a time are held); a pass of the worker running at the
+    -- same moment makes rp_reconcile return no row: wait and try again
+    FOR a IN SELECT act.id FROM redpacket.activity act ORDER BY act.id LOOP
+        deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '60 s';
+        LOOP
+            SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.count(*) FILTER (WHERE NOT x.ok) AS bad
+              INTO r FROM redpacket.rp_reconcile(a.id, true) x;
+            EXIT WHEN r.n OPERATOR(pg_catalog.>) 0;
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>) deadline THEN
+                RAISE EXCEPTION 'redpacket: activity % could not be checked within 60 s', a.id
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Another reconciliation pass kept running; CALL redpacket.rp_post_restore() again.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.1);
+        END LOOP;
+        checked := checked OPERATOR(pg_catalog.+) 1;
+        failed := failed OPERATOR(pg_catalog.+) r.bad;
+        COMMIT;
+    END LOOP;
+    IF failed OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING 'redpacket: restore finished, % activities checked, % failed', checked, failed
+            USING HINT = 'See redpacket.reconciliation for the failed checks.';
+    ELSE
+        RAISE NOTICE 'redpacket: restore finished, % activities checked, all ok', checked;
+    END IF;
+END;
+$$;
+COMMENT ON PROCEDURE redpacket.rp_post_restore() IS
+    'After a restore into this database: clears redpacket.restoring for the database and the session, records the restored positions of the sequences (redpacket.id_marks), then fully checks every activity, one transaction each. CALL it outside a transaction block.';
+
+-- Repairing stripes that no longer match the ledger (src/repair.c), and the
+-- check rp_unfreeze makes before it lifts a reconciler's freeze
+-- (src/unfreeze.c).
+CREATE FUNCTION redpacket.rp_repair_stripes(activity bigint, reason text)
+RETURNS redpacket.reconciliation
+AS 'MODULE_PATHNAME', 'rp_repair_stripes'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_repair_stripes(bigint, text) IS
+    'Rebuilds every stripe of a frozen, open activity from its ledger and its live claims (balance and packets spread evenly, claim counters from the claims, lucky draws dealt ahead cleared), records it in activity_change (kind repair, with the reason), and returns the full check that must then pass (nothing is written otherwise). The activity stays frozen until rp_unfreeze.';
+REVOKE ALL ON FUNCTION redpacket.rp_repair_stripes(bigint, text) FROM PUBLIC;
+COMMENT ON FUNCTION redpacket.rp_unfreeze(bigint) IS
+    'Lifts an operator or reconciliation freeze. An activity the reconciler froze, or whose last check failed, is unfrozen only when a full check passes at that moment (SQLSTATE 55000 naming the failed check otherwise).';
+
+-- What an application may read about a user without claiming (src/lookup.c).
+CREATE FUNCTION redpacket.rp_user_claims(activity bigint, user_id text)
+RETURNS TABLE (claim_id bigint, amount numeric, claimed_at timestamptz, request_id text)
+AS 'MODULE_PATHNAME', 'rp_user_claims'
+LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 1;
+COMMENT ON FUNCTION redpacket.rp_user_claims(bigint, text) IS
+    'Read-only, for applications: the claims a user holds in an activity (claim_id, amount, claimed_at, request_id), oldest first, found with one index probe; no row when none; errors for bad ids as rp_claim. Granted by rp_grant_app.';
+REVOKE ALL ON FUNCTION redpacket.rp_user_claims(bigint, text) FROM PUBLIC;
+
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_repair_stripes(bigint, text)');
+
+-- Roles granted under an older version lack what 1.4 adds to their kind.
+-- GRANTs run by an extension script become the extension's initial
+-- privileges, which pg_dump leaves out (a restore would lose them), so the
+-- update does not grant them itself: the owner runs rp_regrant() after it.
+CREATE FUNCTION redpacket.rp_regrant() RETURNS TABLE (role regrole, kind text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- a role that may call rp_claim is an application role, one that may
+    -- call rp_reconcile an operator role: what rp_grant_app and
+    -- rp_grant_operator gave them
+    FOR role, kind IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole, k.kind
+          FROM (VALUES ('app', 'redpacket.rp_claim(bigint, text, numeric, text)'),
+                       ('operator', 'redpacket.rp_reconcile(bigint, boolean)')) k(kind, fn)
+          JOIN pg_catalog.pg_proc p
+            ON p.oid OPERATOR(pg_catalog.=) k.fn::pg_catalog.regprocedure
+         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+         WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+         ORDER BY 2, 1
+    LOOP
+        PERFORM redpacket.rp_grant_role(role, kind);
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_regrant() IS
+    'After ALTER EXTENSION redpacket UPDATE: gives every role that may call rp_claim what rp_grant_app grants now, and every role that may call rp_reconcile what rp_grant_operator grants now; returns them. For the extension owner.';
+REVOKE ALL ON FUNCTION redpacket.rp_regrant() FROM PUBLIC;
+
+SELECT redpacket.rp_keep_ids(false);
+
 -- [citus] Scale-out -----------------------------------------------------------
 -- 1.4: redpacket.activity_change is keyed by activity like the other tables
 -- (distributed with them; its sequence confined to the node's range like

@@ -18,6 +18,7 @@
 #include "redpacket.h"
 #include "settle.h"
 #include "stripe.h"
+#include "unfreeze.h"
 
 PG_FUNCTION_INFO_V1(rp_create_activity);
 PG_FUNCTION_INFO_V1(rp_close_activity);
@@ -281,6 +282,7 @@ Datum
 rp_unfreeze(PG_FUNCTION_ARGS)
 {
 	RpNoNull(PG_ARGISNULL(0), "activity");
+	RpUnfreezeCheck(PG_GETARG_INT64(0));	/* unfreeze.c: books that balance */
 	SetFrozen(PG_GETARG_INT64(0), NULL);
 	PG_RETURN_VOID();
 }

@@ -11,7 +11,10 @@
  *		whether or not the library is loaded in the session: calling the
  *		trigger function loads it.  It looks at the parse tree, so it can
  *		tell which extension, schema or role a command names before anything
- *		is dropped, and count the rows while the tables still exist.
+ *		is dropped, and count the rows while the tables still exist.  Any
+ *		drop it lets through first records where the extension's sequences
+ *		stand (ids.c), so that a later CREATE EXTENSION hands out none of
+ *		those ids again.
  *
  *		The publication keeper.  PostgreSQL 15 cannot make a publication an
  *		extension member, and pg_dump writes a publication without the
@@ -44,6 +47,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "ids.h"
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_drop_guard);
@@ -146,7 +150,7 @@ rp_drop_guard(PG_FUNCTION_ARGS)
 	trigdata = (EventTriggerData *) fcinfo->context;
 
 	extoid = get_extension_oid("redpacket", true);
-	if (rp_allow_drop || !OidIsValid(extoid))
+	if (!OidIsValid(extoid))
 		PG_RETURN_VOID();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -156,20 +160,24 @@ rp_drop_guard(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_VOID();
 	}
-	if (RpExec(&money_rows, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the money records of redpacket");
-	claims = RpGetInt64(0, 1, 0);
-	entries = RpGetInt64(0, 2, 0);
+	if (!rp_allow_drop)
+	{
+		if (RpExec(&money_rows, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not count the money records of redpacket");
+		claims = RpGetInt64(0, 1, 0);
+		entries = RpGetInt64(0, 2, 0);
+		if (claims > 0 || entries > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg("%s would delete " INT64_FORMAT " claims and " INT64_FORMAT " ledger entries of extension redpacket",
+							GetCommandTagName(trigdata->tag), claims, entries),
+					 errdetail("The claims and the ledger are money records; dropping the extension drops its tables with every row in them."),
+					 errhint("Dump them first, e.g. pg_dump -Fc -n redpacket -e redpacket -f redpacket.dump %s; then SET redpacket.allow_drop = on and run the command again.",
+							 quote_identifier(get_database_name(MyDatabaseId)))));
+	}
+	/* the next installation in this database continues after these ids */
+	RpIdsRecord(true);
 	SPI_finish();
-
-	if (claims > 0 || entries > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("%s would delete " INT64_FORMAT " claims and " INT64_FORMAT " ledger entries of extension redpacket",
-						GetCommandTagName(trigdata->tag), claims, entries),
-				 errdetail("The claims and the ledger are money records; dropping the extension drops its tables with every row in them."),
-				 errhint("Dump them first, e.g. pg_dump -Fc -n redpacket -e redpacket -f redpacket.dump %s; then SET redpacket.allow_drop = on and run the command again.",
-						 quote_identifier(get_database_name(MyDatabaseId)))));
 	PG_RETURN_VOID();
 }
 

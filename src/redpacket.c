@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "ids.h"
 #include "launcher.h"
 #include "locks.h"
 #include "reconcile.h"
@@ -53,6 +54,7 @@ _PG_init(void)
 							 true,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 
+	RpIdsInit();
 	RpLocksInit();
 	RpReconcileInit();
 	RpLauncherInit();

@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "ids.h"
 #include "launcher.h"
 #include "reconcile.h"
 #include "redpacket.h"
@@ -192,7 +193,10 @@ WorkerRecord(void *arg)
 	RpWorkerState *w = arg;
 
 	if (WorkerMayAct())
+	{
 		RpPassRecord(w->pass);
+		RpIdsKeepUp();			/* ids.c: the marks that outlive the extension */
+	}
 }
 
 /*

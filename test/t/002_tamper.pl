@@ -8,14 +8,18 @@
 # sends NOTIFY redpacket_alert, logs a WARNING and freezes the activity; a
 # healthy activity beside it is unaffected.  With
 # redpacket.freeze_on_mismatch = off the mismatch is recorded and announced
-# but the activity keeps taking claims.  A repaired, unfrozen activity passes
-# again.
+# but the activity keeps taking claims.  A frozen activity whose books do not
+# balance cannot be unfrozen; rp_repair_stripes rebuilds its stripes from the
+# ledger and the claims (recorded, still frozen), and after rp_unfreeze it
+# pays and passes again.  A stripe put right by hand unfreezes and passes
+# again too.
 use strict;
 use warnings;
 
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
@@ -315,6 +319,47 @@ is($full, 't|f|-2.00|{money}', 'changed old top-up: the full check reports drift
 is(sql("SELECT state FROM redpacket.activity_status WHERE id = $old_top_up"),
 	'frozen', 'changed old top-up: activity frozen');
 ok(wait_alert($old_top_up), 'changed old top-up: NOTIFY redpacket_alert received');
+
+# --- Frozen books stay frozen until they are repaired -------------------------
+# rp_unfreeze of an activity the reconciler froze needs a full check that
+# passes now; rp_repair_stripes rebuilds the stripes from the ledger and the
+# claims, records it, and leaves the activity frozen until rp_unfreeze.
+
+for my $case ([ $vanished, 'vanished claim', 'money', 'claims' ],
+	[ $forged, 'forged claim', 'money', 'claims' ],
+	[ $old_claim, 'deleted old claim', 'money', 'claims' ])
+{
+	my ($aid, $what, @failed) = @$case;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET client_min_messages = error; SELECT redpacket.rp_unfreeze($aid)");
+	isnt($ret, 0, "$what: rp_unfreeze refuses while the books do not balance");
+	like($err, qr/ERROR:  activity $aid cannot be unfrozen: its books do not balance/,
+		"$what: with the reason");
+	like($err, qr/DETAIL:  A full check now fails: \Q$failed[0]\E \(.*\Q$failed[1]\E \(/,
+		"$what: and the checks that failed (@failed)");
+	is(claim_status($aid, 'while-frozen'), 'frozen', "$what: claims still answer frozen");
+
+	my $before = max_pass();
+	is( sql(qq{SET client_min_messages = error;
+	           SELECT ok, full_check FROM redpacket.rp_repair_stripes($aid, '$what: claim rows verified')}),
+		't|t', "$what: rp_repair_stripes rebuilds the stripes and the full check passes");
+	is( sql(qq{SELECT kind, changed_by = current_user, reason FROM redpacket.activity_change
+	            WHERE activity_id = $aid AND kind = 'repair'}),
+		"repair|t|$what: claim rows verified", "$what: the repair is recorded, with who and why");
+	is(sql(RedpacketTest::books_view() . "SELECT balanced FROM rp_books WHERE id = $aid"),
+		't', "$what: the books balance");
+	is(sql("SELECT state FROM redpacket.activity_status WHERE id = $aid"),
+		'frozen', "$what: still frozen after the repair");
+	is(claim_status($aid, 'while-frozen'), 'frozen', "$what: claims answer frozen until rp_unfreeze");
+	sql("SELECT redpacket.rp_unfreeze($aid)");
+	is(claim_status($aid, 'after-repair'), 'claimed', "$what: unfrozen, it pays again");
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) > 0 FROM redpacket.reconciliation WHERE activity_id = $aid AND pass_id > $before AND expected_claims = actual_claims AND ok AND new_claims > 0"),
+		"$what: the worker's next pass counts the new claim, ok");
+	is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE activity_id = $aid AND pass_id > $before AND NOT ok"),
+		'0', "$what: no check failed since the repair");
+}
 
 # --- Repair, unfreeze: passes are clean again ---------------------------------
 

@@ -1,7 +1,7 @@
 # On a streaming standby the workers do nothing: no redpacket launcher or
 # reconciler process, nothing in its log, while activity_status shows the primary's
-# numbers (passes included) after catch-up and rp_claim fails with SQLSTATE
-# 25006 (read-only transaction).  Once the standby is promoted the launcher
+# numbers (passes included) after catch-up, rp_user_claims answers, and
+# rp_claim fails with SQLSTATE 25006 (read-only transaction).  Once the standby is promoted the launcher
 # starts there and its reconcilers reconcile.
 use strict;
 use warnings;
@@ -98,6 +98,12 @@ like($err, qr/ERROR:  25006:/, 'rp_claim_batch on the standby fails with SQLSTAT
 like($err, qr/cannot execute rp_claim_batch\(\) in a read-only transaction/,
 	'rp_claim_batch says so up front, naming itself');
 unlike($err, qr/CONTEXT:/, 'rp_claim_batch refuses before running any statement of its own');
+# The application's read-only lookups answer there.
+is( $standby->safe_psql('postgres',
+		"SELECT claim_id || ':' || amount FROM redpacket.rp_user_claims($aid, 'u2')"),
+	$primary->safe_psql('postgres',
+		"SELECT claim_id || ':' || amount FROM redpacket.claim WHERE activity_id = $aid AND user_id = 'u2'"),
+	'rp_user_claims on the standby answers what the primary recorded');
 is($standby->safe_psql('postgres', $status_q),
 	$on_primary, 'nothing changed on the standby');
 

@@ -1,5 +1,7 @@
-# rp_reconcile scheduled by pg_cron (the README's example), with the
-# worker paused so that only cron runs the pass; and passes never overlap:
+# rp_reconcile scheduled by pg_cron, with the worker paused so that only
+# cron runs the pass: in cron's own database, and, with the README's
+# statements as written (cron.schedule_in_database), in another database,
+# where a plain cron.schedule would fail; and passes never overlap:
 # while one session holds a pass open, a second caller returns no row at
 # once instead of waiting or checking twice.
 #
@@ -79,6 +81,22 @@ my $job = sql(
 like($job, qr/^\d+$/, 'scheduled the reconciliation with pg_cron');
 sql("SELECT redpacket.rp_claim($aid, 'before-cron', 1.00)");
 
+# The README's pg_cron statements, as written, for a database other than
+# cron's (cron.database_name is postgres here): its jobs must run there.
+my $root = $ENV{TESTDIR} || '.';
+my ($readme_sql) = slurp_file("$root/README.md") =~ /```sql\n((?:(?!```).)*cron\.schedule_in_database(?:(?!```).)*)```/s;
+ok($readme_sql, 'the README schedules the pass with cron.schedule_in_database');
+my @readme_jobs = grep { /\S/ } map { s/^\s*--.*$//mgr } split /;\s*\n/, $readme_sql // '';
+is(scalar(@readme_jobs), 2, 'two statements: the pass and the nightly full check');
+sql('CREATE DATABASE shop');
+$node->safe_psql('shop', 'CREATE EXTENSION redpacket');
+my $shop_aid = $node->safe_psql('shop', "SELECT redpacket.rp_create_activity(5.00, stripes => 2)");
+$node->safe_psql('shop', "SELECT redpacket.rp_claim($shop_aid, 'u' || g, 1.00) FROM generate_series(1, 2) g");
+sql(s/\bapp\b/shop/gr) for @readme_jobs;
+is( sql("SELECT string_agg(jobname || ':' || database, ',' ORDER BY jobname) FROM cron.job WHERE jobname LIKE '%-shop'"),
+	'redpacket-full-check-shop:shop,redpacket-reconcile-shop:shop',
+	'the README\'s jobs are scheduled in that database');
+
 # The first run comes at the next minute boundary: make sure the poll waits
 # well past a minute even when PG_TEST_TIMEOUT_DEFAULT is set low.
 $PostgreSQL::Test::Utils::timeout_default = 150
@@ -95,6 +113,18 @@ is( sql(qq{SELECT count(*) > 0, bool_and(ok), max(new_claims), max(expected_clai
 	't|t|1|5', 'the cron pass recorded a new ok row counting the new claim');
 is( sql("SELECT last_reconcile_ok FROM redpacket.activity_status WHERE id = $aid"),
 	't', 'activity_status shows the cron pass');
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) > 0 FROM cron.job_run_details d JOIN cron.job j USING (jobid)
+ WHERE j.jobname = 'redpacket-reconcile-shop' AND d.status IN ('succeeded', 'failed')}),
+	'the README\'s job ran');
+is( sql(q{SELECT string_agg(DISTINCT d.status, ',') || ':' || string_agg(DISTINCT coalesce(d.return_message, ''), ',')
+            FROM cron.job_run_details d JOIN cron.job j USING (jobid)
+           WHERE j.jobname = 'redpacket-reconcile-shop'}),
+	'succeeded:CALL', 'the README\'s job succeeds in the other database');
+is( $node->safe_psql('shop', "SELECT count(*) > 0, bool_and(ok), max(expected_claims) FROM redpacket.reconciliation WHERE activity_id = $shop_aid"),
+	't|t|2', 'and its pass checked that database\'s activity');
+sql(q{SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE '%-shop'});
 
 ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, 0), 'no error in the server log');
 sql("SELECT cron.unschedule($job)");

@@ -6,7 +6,10 @@
 # ALTER EXTENSION redpacket UPDATE the books still balance (claims + stripes +
 # returned = funded for every activity), every idempotency key holds one
 # claim, a full reconciliation is ok, old claims still answer 'duplicate' and
-# new claims get fresh ids.  Finally each upgraded database and a fresh install
+# new claims get fresh ids, and rp_regrant gives an application and an
+# operator role granted under the old version (rp_grant_app,
+# rp_grant_operator) what the new version grants their kind.  Finally each
+# upgraded database and a fresh install
 # install in another database give the same pg_dump --schema-only output,
 # both plain and --binary-upgrade (the form that spells out every member
 # object, its comment, its privileges and its membership; only the OIDs that
@@ -31,6 +34,10 @@ redpacket.reconcile_interval = 1
 $node->start;
 $node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
+# An application and an operator role, granted in every database by the
+# helpers of the version installed there (the dumps compare their grants).
+$node->safe_psql('postgres', 'CREATE ROLE up_app; CREATE ROLE up_ops');
+my $grant_q = "SELECT redpacket.rp_grant_app('up_app'), redpacket.rp_grant_operator('up_ops')";
 
 our $db;    # the database of the upgrade path under test
 sub sql { return $node->safe_psql($db, $_[0]); }
@@ -112,6 +119,7 @@ sub upgrade_path
 	sql("CREATE EXTENSION redpacket VERSION '$from'");
 	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
 		$from, "installed version $from");
+	sql($grant_q);
 
 	my %act;
 	$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')");
@@ -171,6 +179,11 @@ sub upgrade_path
 	is(sql('SELECT count(*) FROM redpacket.claim'), $claims_old, 'every claim carried over');
 	is(sql($books_q), '5|0|0', "$new: the books balance after the update");
 	is(sql($one_per_key_q), 't', "$new: one claim per idempotency key");
+	is( sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}),
+		'up_app:app,up_ops:operator', "$new: rp_regrant finds the roles granted under $from");
+	is( sql(q{SELECT has_function_privilege('up_app', 'redpacket.rp_user_claims(bigint, text)', 'EXECUTE'),
+	                 has_table_privilege('up_ops', 'redpacket.activity_change', 'SELECT')}),
+		't|t', "$new: and gives them what $new grants their kind");
 	ok(full_check_ok(), "$new: a full reconciliation of every activity is ok");
 
 	# --- Claims continue ----------------------------------------------------------
@@ -201,6 +214,7 @@ sub upgrade_path
 # --- Each upgraded schema equals a fresh install ------------------------------
 
 $node->safe_psql('fresh', 'CREATE EXTENSION redpacket');
+$node->safe_psql('fresh', $grant_q);
 is($node->safe_psql('fresh', "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
 	$new, "fresh install is $new");
 

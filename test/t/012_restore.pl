@@ -138,8 +138,8 @@ sleep 2;    # the expiring activity's ends_at has passed by now
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 app('CREATE EXTENSION redpacket');
 app('CALL redpacket.rp_pre_restore()');
-is(app("SELECT setconfig FROM pg_db_role_setting WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = 'app')"),
-	'{redpacket.restoring=on}', 'rp_pre_restore sets redpacket.restoring for the database');
+is(app("SELECT 'redpacket.restoring=on' = ANY (setconfig) FROM pg_db_role_setting WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = 'app')"),
+	't', 'rp_pre_restore sets redpacket.restoring for the database');
 restore_step("$tmp/data1.list", 'with the procedure, step 1 (activity)', '--data-only');
 passes_go_by();
 restore_step("$tmp/data2.list", 'with the procedure, step 2 (the rest)', '--data-only');
@@ -151,7 +151,7 @@ for my $t (@tables)
 }
 my $t0 = app('SELECT clock_timestamp()');
 app('CALL redpacket.rp_post_restore()');
-is(app("SELECT count(*) FROM pg_db_role_setting WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = 'app')"),
+is(app("SELECT count(*) FROM pg_db_role_setting, unnest(setconfig) c WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = 'app') AND c LIKE 'redpacket.restoring=%'"),
 	'0', 'rp_post_restore clears the database setting');
 is( app(
 		"SELECT count(DISTINCT activity_id), bool_and(ok) FROM redpacket.reconciliation WHERE full_check AND checked_at >= '$t0'"

@@ -1,0 +1,35 @@
+/*
+ * unfreeze.h
+ *		When a frozen activity may take claims again (unfreeze.c).
+ */
+#ifndef RP_UNFREEZE_H
+#define RP_UNFREEZE_H
+
+#include "postgres.h"
+
+#include "redpacket.h"
+
+/*
+ * Called by rp_unfreeze before it lifts the hold: when the reconciler froze
+ * the activity, or its last check failed, a full check must pass now
+ * (SQLSTATE 55000 naming what failed otherwise).  Takes the locks of
+ * RpHoldActivity.  Does nothing under a catalog older than 1.4, or for an
+ * activity that is not frozen.
+ */
+extern void RpUnfreezeCheck(int64 activity);
+
+/*
+ * The reconciliation lock, then every stripe lock of the activity, kept to
+ * the end of the transaction.
+ */
+extern void RpHoldActivity(const RpActivity *act);
+
+/*
+ * The reconciler's full check of the activity, now, under RpHoldActivity:
+ * an error (55000) naming what failed unless it passes; what is what is
+ * refused ("unfrozen", "repaired").  Returns the reconciliation row, in the
+ * caller's memory context.  Inside SPI_connect.
+ */
+extern Datum RpRequireFullCheck(int64 activity, const char *what);
+
+#endif							/* RP_UNFREEZE_H */
