@@ -20,7 +20,8 @@
  *		exists") or leave it empty.  So at ddl_command_start of
  *		CREATE PUBLICATION redpacket_events the keeper drops the one the
  *		extension made (the command recreates it with the dump's options), and
- *		at ddl_command_end puts claim and ledger back into it.  Event triggers
+ *		at ddl_command_end puts claim, ledger, activity_change and
+ *		claim_settlement (those the catalog has) back into it.  Event triggers
  *		are restored last by pg_dump and pg_upgrade, so neither fires while a
  *		binary upgrade recreates the publication with its tables.
  */
@@ -170,10 +171,15 @@ static RpPlan publication_exists = {
 	0, {InvalidOid}
 };
 
-/* The extension's tables that are not (yet) in the publication. */
+/*
+ * The extension's published tables that are not (yet) in the publication;
+ * those of a later version than the catalog's do not exist and are skipped.
+ */
 static RpPlan publication_missing = {
-	"SELECT t.name FROM (VALUES ('claim'), ('ledger')) t(name)"
-	" WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r"
+	"SELECT t.name FROM (VALUES ('claim'), ('ledger'), ('activity_change'),"
+	"                           ('claim_settlement')) t(name)"
+	" WHERE pg_catalog.to_regclass('redpacket.' OPERATOR(pg_catalog.||) t.name) IS NOT NULL"
+	"   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r"
 	"                     JOIN pg_catalog.pg_publication p ON p.oid OPERATOR(pg_catalog.=) r.prpubid"
 	"                    WHERE p.pubname OPERATOR(pg_catalog.=) '" RP_PUBLICATION "'"
 	"                      AND r.prrelid OPERATOR(pg_catalog.=)"
