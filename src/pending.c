@@ -61,12 +61,17 @@ PG_FUNCTION_INFO_V1(rp_pending_credits);
 	"                      AND s.claim_id OPERATOR(pg_catalog.=) " claim \
 	"                    LIMIT 1) s ON true"
 
-/* The frontier, and whether advancing it could move it or delete a gap. */
+/*
+ * The frontier, and whether advancing it could move it (a settlement after
+ * it: max() is one descent of the index, where an EXISTS over the range may
+ * be planned as a scan that reads every settlement when there is none) or
+ * delete a gap.
+ */
 static RpPlan advance_due = {
 	"SELECT COALESCE(f.settled_through, 0),"
-	"       EXISTS (SELECT FROM redpacket.claim_settlement s"
-	"                WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
-	"                  AND s.claim_id OPERATOR(pg_catalog.>) COALESCE(f.settled_through, 0))"
+	"       COALESCE((SELECT pg_catalog.max(s.claim_id) FROM redpacket.claim_settlement s"
+	"                  WHERE s.activity_id OPERATOR(pg_catalog.=) $1)"
+	"                OPERATOR(pg_catalog.>) COALESCE(f.settled_through, 0), false)"
 	"       OR EXISTS (SELECT FROM redpacket.settlement_gap g"
 	"                  " RP_SETTLED_PROBE("$1", "g.claim_id")
 	"                   WHERE g.activity_id OPERATOR(pg_catalog.=) $1 AND s.found)"
