@@ -293,7 +293,7 @@ RETURNS TABLE (activity_id bigint, claim_id bigint, user_id text, amount numeric
                claimed_at timestamptz)
 AS 'MODULE_PATHNAME', 'rp_pending_credits'
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-ROWS 1000;
+ROWS 100;
 COMMENT ON FUNCTION redpacket.rp_pending_credits(bigint, interval) IS
     'Claims neither credited nor reversed, of one activity or (NULL) of all, claimed at least older_than ago, oldest first: what a wallet consumer re-drives after it lost messages. Its cost follows the pending claims, not the settled ones. Granted by rp_grant_wallet and rp_grant_operator.';
 

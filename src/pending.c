@@ -100,7 +100,11 @@ static RpPlan watermark = {
 
 /*
  * Move the frontier $2 of activity $1 to the last settled claim after it,
- * up to $3 (NULL: no limit), listing the unsettled claims it passes.
+ * up to $3 (NULL: no limit), listing the unsettled claims it passes.  This
+ * and the statements that read the claims after a frontier are planned per
+ * call, knowing the frontier: a generic plan estimates a third of the
+ * activity's claims after it, and at millions of claims that estimate
+ * alone made PostgreSQL compile the statement (JIT) for longer than it ran.
  */
 static RpPlan advance = {
 	"WITH scan AS MATERIALIZED ("
@@ -119,7 +123,7 @@ static RpPlan advance = {
 	"    SET settled_through = top.through, advanced_at = pg_catalog.now()"
 	"   FROM top"
 	"  WHERE f.activity_id OPERATOR(pg_catalog.=) $1 AND top.through IS NOT NULL",
-	3, {INT8OID, INT8OID, INT8OID}, NULL, true
+	3, {INT8OID, INT8OID, INT8OID}
 };
 
 /* Gaps settled since (a gap is a few rows: the join back is by row id). */
@@ -156,30 +160,18 @@ static RpPlan delete_settled_gaps = {
 	"   AND g.claim_id OPERATOR(pg_catalog.<=) " through \
 	"   AND s.found IS NULL"
 
-/* Claimed at or before $2 (NULL: any time). */
-#define RP_PENDING_CUTOFF \
-	" WHERE $2::pg_catalog.timestamptz IS NULL OR p.claimed_at OPERATOR(pg_catalog.<=) $2"
-
+/*
+ * The pending claims of activity $1 claimed at or before $2 (NULL: any
+ * time), its frontier being $3.
+ */
 #define RP_PENDING_OF_ONE \
 	"SELECT p.activity_id, p.claim_id, p.user_id::pg_catalog.text, p.amount, p.claimed_at" \
-	"  FROM (SELECT COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f" \
-	"                          WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0) AS through) b" \
-	" CROSS JOIN LATERAL (" RP_PENDING_ROWS("$1", "b.through") ") p" \
-	RP_PENDING_CUTOFF
+	"  FROM (" RP_PENDING_ROWS("$1", "$3") ") p" \
+	" WHERE $2::pg_catalog.timestamptz IS NULL OR p.claimed_at OPERATOR(pg_catalog.<=) $2"
 
 static RpPlan pending_one = {
 	RP_PENDING_OF_ONE " ORDER BY p.claimed_at, p.claim_id",
-	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
-};
-
-static RpPlan pending_all = {
-	"SELECT p.activity_id, p.claim_id, p.user_id::pg_catalog.text, p.amount, p.claimed_at"
-	"  FROM redpacket.activity a"
-	"  LEFT JOIN redpacket.settlement_state f ON f.activity_id OPERATOR(pg_catalog.=) a.id"
-	" CROSS JOIN LATERAL (" RP_PENDING_ROWS("a.id", "COALESCE(f.settled_through, 0)") ") p"
-	RP_PENDING_CUTOFF
-	" ORDER BY p.claimed_at, p.activity_id, p.claim_id",
-	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
+	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
 };
 
 static RpPlan count_pending = {
@@ -187,12 +179,22 @@ static RpPlan count_pending = {
 	" SELECT (SELECT pg_catalog.count(*) FROM p),"
 	"        (SELECT p.claim_id FROM p ORDER BY p.claimed_at, p.claim_id LIMIT 1),"
 	"        (SELECT pg_catalog.min(p.claimed_at) FROM p)",
-	2, {INT8OID, TIMESTAMPTZOID}, NULL, true
+	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
 };
 
-static RpPlan all_activities = {
-	"SELECT a.id FROM redpacket.activity a ORDER BY a.id",
-	0, {InvalidOid}, NULL, true
+static RpPlan frontier = {
+	"SELECT COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f"
+	"                  WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0)",
+	1, {INT8OID}, NULL, true
+};
+
+/* Every activity's pending claims, oldest first: the function on each. */
+static RpPlan pending_all = {
+	"SELECT p.activity_id, p.claim_id, p.user_id, p.amount, p.claimed_at"
+	"  FROM redpacket.activity a"
+	" CROSS JOIN LATERAL redpacket.rp_pending_credits(a.id, $1) p"
+	" ORDER BY p.claimed_at, p.activity_id, p.claim_id",
+	1, {INTERVALOID}, NULL, true
 };
 
 /* Can this transaction move a frontier (see the file header)? */
@@ -285,11 +287,22 @@ Advance(int64 activity)
 		elog(ERROR, "could not delete settled gaps of activity " INT64_FORMAT, activity);
 }
 
+/* The activity's frontier as committed now (0: none yet). */
+static int64
+Frontier(int64 activity)
+{
+	Datum		id = Int64GetDatum(activity);
+
+	if (RpExec(&frontier, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
+	return RpGetInt64(0, 1, 0);
+}
+
 void
 RpCountUncredited(int64 activity, TimestampTz claimed_before, RpUncredited *out)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', claimed_before == DT_NOEND ? 'n' : ' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', claimed_before == DT_NOEND ? 'n' : ' ', ' '};
 	bool		isnull;
 	Datum		d;
 
@@ -299,6 +312,7 @@ RpCountUncredited(int64 activity, TimestampTz claimed_before, RpUncredited *out)
 	Advance(activity);
 	values[0] = Int64GetDatum(activity);
 	values[1] = TimestampTzGetDatum(claimed_before);
+	values[2] = Int64GetDatum(Frontier(activity));
 	if (RpExec(&count_pending, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the pending claims of activity " INT64_FORMAT, activity);
 	out->count = RpGetInt64(0, 1, 0);
@@ -327,36 +341,18 @@ Cutoff(Interval *older_than)
 												   IntervalPGetDatum(older_than)));
 }
 
-/* Advance every activity (ids first: Advance runs statements of its own). */
-static void
-AdvanceAll(void)
-{
-	int64	   *ids;
-	uint64		n;
-
-	if (RpExec(&all_activities, NULL, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list the activities");
-	n = SPI_processed;
-	ids = palloc(sizeof(int64) * Max(n, 1));
-	for (uint64 i = 0; i < n; i++)
-		ids[i] = RpGetInt64(i, 1, 0);
-	for (uint64 i = 0; i < n; i++)
-		Advance(ids[i]);
-}
-
 /*
- * rp_pending_credits(activity, older_than): the claims of one activity (or
- * of all) neither credited nor reversed, claimed at least older_than ago,
- * oldest first.
+ * rp_pending_credits(activity, older_than): the claims of one activity (or,
+ * NULL, of all: this function on each) neither credited nor reversed,
+ * claimed at least older_than ago, oldest first.
  */
 Datum
 rp_pending_credits(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	bool		all = PG_ARGISNULL(0);
 	TimestampTz cutoff;
-	Datum		values[2];
-	char		nulls[2] = {all ? 'n' : ' ', ' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
 
 	RpNoNull(PG_ARGISNULL(1), "older_than");
 	cutoff = Cutoff(PG_GETARG_INTERVAL_P(1));
@@ -364,11 +360,12 @@ rp_pending_credits(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	values[0] = all ? (Datum) 0 : PG_GETARG_DATUM(0);
-	values[1] = TimestampTzGetDatum(cutoff);
-	nulls[1] = cutoff == DT_NOEND ? 'n' : ' ';
-	if (all)
-		AdvanceAll();
+	if (PG_ARGISNULL(0))
+	{
+		values[0] = PG_GETARG_DATUM(1);
+		if (RpExec(&pending_all, values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the pending claims");
+	}
 	else
 	{
 		RpActivity	act;
@@ -376,9 +373,13 @@ rp_pending_credits(PG_FUNCTION_ARGS)
 		RpRequireLocalActivity(PG_GETARG_INT64(0));
 		(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
 		Advance(act.id);
+		values[0] = Int64GetDatum(act.id);
+		values[1] = TimestampTzGetDatum(cutoff);
+		nulls[1] = cutoff == DT_NOEND ? 'n' : ' ';
+		values[2] = Int64GetDatum(Frontier(act.id));
+		if (RpExec(&pending_one, values, nulls, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the pending claims of activity " INT64_FORMAT, act.id);
 	}
-	if (RpExec(all ? &pending_all : &pending_one, values, nulls, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the pending claims");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		Datum		row[5];
