@@ -29,8 +29,8 @@
  *		reconciliation watermark (reconcile_state.last_claim_id, which a pass
  *		sets holding every stripe lock).  It never waits for a lock, and only
  *		one transaction advances an activity at a time (its settlement_state
- *		row, locked with SKIP LOCKED, which the first credit makes).  It runs only
- *		where it can write and sees the latest rows: not on a standby, in a
+ *		row, locked with SKIP LOCKED, which the first credit makes).  It runs
+ *		only where it can write and sees the latest rows: not on a standby, in a
  *		read-only transaction, under REPEATABLE READ or during a restore.
  */
 #include "postgres.h"
@@ -287,7 +287,7 @@ Advance(int64 activity)
 		elog(ERROR, "could not delete settled gaps of activity " INT64_FORMAT, activity);
 }
 
-/* The activity's frontier as committed now (0: none yet). */
+/* The activity's frontier as this statement sees it (0: none yet). */
 static int64
 Frontier(int64 activity)
 {
