@@ -13,23 +13,14 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 
-#include "redpacket.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_create_activity);
 PG_FUNCTION_INFO_V1(rp_close_activity);
 PG_FUNCTION_INFO_V1(rp_freeze);
 PG_FUNCTION_INFO_V1(rp_unfreeze);
-
-static RpPlan fetch_activity = {
-	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
-	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL"
-	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
-};
 
 static RpPlan insert_activity = {
 	"INSERT INTO redpacket.activity"
@@ -38,15 +29,11 @@ static RpPlan insert_activity = {
 	8, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-/* Budget and packets spread evenly; the first stripes take the remainders. */
-static RpPlan insert_stripes = {
-	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
-	" SELECT $1, g, ($2 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"               CASE WHEN g OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END,"
-	"        (($3 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"         CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END)::pg_catalog.int4"
-	"   FROM pg_catalog.generate_series(0, $4 OPERATOR(pg_catalog.-) 1) g",
-	4, {INT8OID, INT8OID, INT8OID, INT4OID}
+/* 1.4: the entry says how many packets it adds to the cap (NULL: none) */
+static RpPlan insert_ledger_14 = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
+	" VALUES ($1, $2, $3, $4, $5)",
+	5, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
 };
 
 static RpPlan insert_ledger = {
@@ -121,118 +108,6 @@ static RpPlan set_frozen = {
 };
 
 /*
- * Read columns 1-9 of row 0 of the last SPI result, laid out as in
- * fetch_activity, into *act.
- */
-void
-RpActivityFromRow(int64 id, RpActivity *act)
-{
-	bool		isnull;
-	Datum		d;
-
-	act->id = id;
-	act->scale = DatumGetInt32(RpGetDatum(0, 3, &isnull));
-	d = RpGetDatum(0, 2, &isnull);
-	act->packets = isnull ? 0 : DatumGetInt32(d);
-	act->stripes = DatumGetInt32(RpGetDatum(0, 4, &isnull));
-	act->per_user_limit = DatumGetInt32(RpGetDatum(0, 5, &isnull));
-	act->starts_at = DatumGetTimestampTz(RpGetDatum(0, 6, &isnull));
-	d = RpGetDatum(0, 7, &isnull);
-	act->ends_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
-	act->closed = DatumGetBool(RpGetDatum(0, 8, &isnull));
-	act->frozen = DatumGetBool(RpGetDatum(0, 9, &isnull));
-}
-
-bool
-RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
-{
-	Datum		value = Int64GetDatum(id);
-
-	if (RpExec(&fetch_activity, &value, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read activity " INT64_FORMAT, id);
-	if (SPI_processed == 0)
-	{
-		if (missing_ok)
-			return false;
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("activity " INT64_FORMAT " does not exist", id)));
-	}
-	RpActivityFromRow(id, act);
-	return true;
-}
-
-/*
- * Backend-local cache of what never changes after creation: scale, stripes,
- * packets, per-user limit and schedule.  It lets the fast claim path skip
- * reading the activity row; frozen and closed are not cached (the claim
- * statement checks them).  Any relcache invalidation of redpacket.activity
- * (ALTER, DROP EXTENSION, ...) empties it.
- */
-#define RP_META_CACHE_MAX 4096
-
-typedef struct RpMetaEntry
-{
-	int64		id;				/* hash key */
-	RpActivity	act;
-} RpMetaEntry;
-
-static HTAB *meta_cache = NULL;
-static Oid	meta_relid = InvalidOid;
-static bool meta_stale = false;
-static bool meta_callback_registered = false;
-
-static void
-MetaInvalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == meta_relid)
-		meta_stale = true;
-}
-
-bool
-RpActivityMeta(int64 id, RpActivity *act)
-{
-	RpMetaEntry *entry;
-	bool		found;
-
-	if (!meta_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(MetaInvalidate, (Datum) 0);
-		meta_callback_registered = true;
-	}
-	if (meta_cache != NULL && (meta_stale || hash_get_num_entries(meta_cache) >= RP_META_CACHE_MAX))
-	{
-		hash_destroy(meta_cache);
-		meta_cache = NULL;
-	}
-	if (meta_cache == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(int64);
-		ctl.entrysize = sizeof(RpMetaEntry);
-		meta_cache = hash_create("redpacket activity metadata", 256, &ctl,
-								 HASH_ELEM | HASH_BLOBS);
-		meta_relid = get_relname_relid("activity", get_namespace_oid("redpacket", false));
-		meta_stale = false;
-	}
-
-	entry = hash_search(meta_cache, &id, HASH_FIND, NULL);
-	if (entry == NULL)
-	{
-		RpActivity	fresh;
-
-		if (!RpFetchActivity(id, &fresh, true))
-			return false;
-		fresh.closed = fresh.frozen = false;
-		entry = hash_search(meta_cache, &id, HASH_ENTER, &found);
-		entry->act = fresh;
-	}
-	*act = entry->act;
-	return true;
-}
-
-/*
  * Settlement and freezing act only on an activity whose stripe rows are all
  * there (a restore that has not loaded them yet, or rows lost, would make
  * a return of the wrong amount, or leave stripes unmarked).
@@ -265,15 +140,19 @@ RpSyncHalt(int64 activity)
 }
 
 static void
-InsertLedger(int64 activity, const char *kind, int64 units, int scale, const char *reason)
+InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
+			 const char *reason)
 {
-	Datum		values[4];
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n'};
+	bool		v14 = RpCatalogVersion() >= RP_CATALOG_1_4;
 
 	values[0] = Int64GetDatum(activity);
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = NumericGetDatum(RpUnitsToAmount(units, scale));
 	values[3] = CStringGetTextDatum(reason);
-	if (RpExec(&insert_ledger, values, NULL, false, 0) != SPI_OK_INSERT)
+	values[4] = Int32GetDatum(packets);
+	if (RpExec(v14 ? &insert_ledger_14 : &insert_ledger, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write ledger entry");
 }
 
@@ -365,11 +244,7 @@ rp_create_activity(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ends_at must be after starts_at")));
 
-	/* A stripe with no money or no packet could never pay anything. */
-	if (packets > 0 && stripes > packets)
-		stripes = packets;
-	if (stripes > total_units)
-		stripes = (int32) total_units;
+	stripes = RpStripesFor(!PG_ARGISNULL(4), stripes, total_units, packets);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -389,16 +264,9 @@ rp_create_activity(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert activity");
 	id = RpGetInt64(0, 1, 0);
 
-	memset(nulls, ' ', sizeof(nulls));
+	RpCreateStripes(id, total_units, packets, stripes);
 	values[0] = Int64GetDatum(id);
-	values[1] = Int64GetDatum(total_units);
-	values[2] = Int64GetDatum(packets);
-	values[3] = Int32GetDatum(stripes);
-	nulls[2] = packets > 0 ? ' ' : 'n';
-	if (RpExec(&insert_stripes, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert stripes");
-
-	InsertLedger(id, "fund", total_units, scale, "funded");
+	InsertLedger(id, "fund", total_units, scale, packets, "funded");
 	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert reconciliation state");
 

@@ -44,6 +44,7 @@
 
 #include "redpacket.h"
 #include "settle.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_pending_credits);
 
