@@ -1368,7 +1368,8 @@ BEGIN
     -- Node group g hands out ids in [g * 2^48 + 1, (g + 1) * 2^48 - 1].
     top := ((grp OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.-) 1;
     FOREACH seq IN ARRAY ARRAY['activity_id_seq', 'claim_id_seq', 'ledger_entry_id_seq',
-                               'reconciliation_pass_id_seq', 'activity_change_id_seq'] LOOP
+                               'reconciliation_pass_id_seq', 'activity_change_id_seq',
+                               'claim_settlement_id_seq'] LOOP
         last := GREATEST(
             pg_catalog.pg_sequence_last_value(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass),
             grp OPERATOR(pg_catalog.<<) 48);
