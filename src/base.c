@@ -1,8 +1,8 @@
 /*
  * base.c
  *		The base layer every subsystem builds on: the extension's own advisory
- *		lock space, SPI plans prepared once per backend, reading SPI results,
- *		the installed catalog version and the restore flag.  It calls nothing
+ *		lock space, SPI plans prepared once per backend, reading SPI results
+ *		and the restore flag.  It calls nothing
  *		else of redpacket's.
  */
 #include "postgres.h"
@@ -203,45 +203,6 @@ RpOnRelcacheInvalidation(RelcacheCallbackFunction fn)
 	if (relcache_nfunctions == 0)
 		CacheRegisterRelcacheCallback(RelcacheDispatch, (Datum) 0);
 	relcache_functions[relcache_nfunctions++] = fn;
-}
-
-static RpPlan catalog_version = {
-	"SELECT e.extversion FROM pg_catalog.pg_extension e"
-	" WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket'",
-	0, {InvalidOid}
-};
-
-/*
- * The version of the installed SQL objects as major * 100 + minor (1.0 is
- * 100, 1.1 is 101, 1.2 is 102, 1.3 is 103), or 0 when the extension is not
- * installed.  The library serves every catalog it can meet: code that needs
- * objects of a later version asks this first.  Read once per transaction;
- * ALTER EXTENSION UPDATE commits before anyone can see the new objects.
- * Must be called inside SPI_connect.
- */
-int
-RpCatalogVersion(void)
-{
-	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
-	static int	cached = 0;
-	int			major = 0,
-				minor = 0;
-
-	if (cached_lxid == MyProc->lxid)
-		return cached;
-	if (RpExec(&catalog_version, NULL, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the redpacket extension version");
-	cached = 0;
-	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		char	   *v = TextDatumGetCString(RpGetDatum(0, 1, &isnull));
-
-		if (sscanf(v, "%d.%d", &major, &minor) == 2)
-			cached = major * 100 + minor;
-	}
-	cached_lxid = MyProc->lxid;
-	return cached;
 }
 
 static RpPlan database_restoring = {

@@ -114,7 +114,7 @@ extern int64 RpGetInt64(int row, int col, int64 if_null);
 /* base.c: the library's one relcache invalidation callback, shared by its caches */
 extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
 
-/* base.c: what the installed catalog is, and whether a restore is running */
+/* catalog.c: what the installed catalog is; base.c: whether a restore is running */
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
 #define RP_CATALOG_1_2 102

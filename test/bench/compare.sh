@@ -9,12 +9,21 @@
 #   cpu_batch    backend CPU per rp_claim_batch call of 100 claims
 #   tps_claim    pgbench, CLIENTS clients, DURATION s, rp_claim.pgbench
 #   tps_batch    pgbench, CLIENTS clients, DURATION s, rp_claim_batch.pgbench
+#   cpu_lucky    backend CPU per lucky draw (rp_claim, amount NULL), one a
+#                transaction, on an activity of LUCKY_PACKETS packets
+#   tps_lucky    lucky draws claimed per second on a hot activity of
+#                LUCKY_PACKETS packets (default stripes), LUCKY_CLIENTS
+#                clients, rp_claim_lucky.pgbench: the claims counted over
+#                the span of their claimed_at, so that an activity drained
+#                before the end is not mistaken for a fast one
 # and prints every round and the new/old ratio of the medians.
 #
 #   sudo bash test/bench/compare.sh            (as root: it installs builds)
 #
 # Environment: PG_CONFIG; PORT (22000); ROUNDS (4); CLIENTS (16); DURATION (15 s);
-# CLAIMS (20000); OLD_SRC (a tree to compare against).  Writes to WORK
+# CLAIMS (20000); LUCKY_PACKETS (100000); LUCKY_CLIENTS (64); OLD_SRC (a
+# tree to compare against) or OLD_REV (a revision of this repository to
+# export, default main); OUT (a file for the summary).  Writes to WORK
 # (/tmp/redpacket-compare) and leaves the last build installed: reinstall
 # the one you want afterwards.
 set -euo pipefail
@@ -28,15 +37,19 @@ ROUNDS=${ROUNDS:-4}
 CLIENTS=${CLIENTS:-16}
 DURATION=${DURATION:-15}
 CLAIMS=${CLAIMS:-20000}
+LUCKY_PACKETS=${LUCKY_PACKETS:-100000}
+LUCKY_CLIENTS=${LUCKY_CLIENTS:-64}
 WORK=${WORK:-/tmp/redpacket-compare}
 OLD_SRC=${OLD_SRC:-}
+OLD_REV=${OLD_REV:-main}
+OUT=${OUT:-}
 
 rm -rf "$WORK"
 mkdir -p "$WORK"
 if [ -z "$OLD_SRC" ]; then
     OLD_SRC="$WORK/old"
     mkdir -p "$OLD_SRC"
-    git -C "$NEW_SRC" archive main | tar -C "$OLD_SRC" -xf -
+    git -C "$NEW_SRC" archive "$OLD_REV" | tar -C "$OLD_SRC" -xf -
 fi
 for src in "$OLD_SRC" "$NEW_SRC"; do
     make -s -C "$src" -j2 PG_CONFIG="$PG_CONFIG" >/dev/null
@@ -53,7 +66,7 @@ listen_addresses = ''
 unix_socket_directories = '/tmp'
 shared_buffers = 256MB
 synchronous_commit = off
-max_connections = 40
+max_connections = $((LUCKY_CLIENTS + 20))
 CONF
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
@@ -81,6 +94,8 @@ BEGIN
     FOR i IN 1 .. n LOOP
         IF batch = 0 THEN
             PERFORM redpacket.rp_claim(act, 'p' || i, 0.01);
+        ELSIF batch < 0 THEN
+            PERFORM redpacket.rp_claim(act, 'p' || i, NULL);
         ELSE
             PERFORM count(*) FROM redpacket.rp_claim_batch(act,
                 ARRAY(SELECT 'p' || i || '-' || g FROM generate_series(1, batch) g),
@@ -90,10 +105,15 @@ BEGIN
     END LOOP;
 END $$;
 SQL
-    for kind in claim batch; do
+    for kind in claim batch lucky; do
         local n=$CLAIMS batch=0
-        [ "$kind" = claim ] || { n=$((CLAIMS / 100)); batch=100; }
-        act=$(psql_ -c "SELECT redpacket.rp_create_activity(100000000.00, stripes => 16)")
+        [ "$kind" = batch ] && { n=$((CLAIMS / 100)); batch=100; }
+        [ "$kind" = lucky ] && batch=-1
+        if [ "$kind" = lucky ]; then
+            act=$(psql_ -c "SELECT redpacket.rp_create_activity(1000000.00, packets => $LUCKY_PACKETS)")
+        else
+            act=$(psql_ -c "SELECT redpacket.rp_create_activity(100000000.00, stripes => 16)")
+        fi
         # ticks are 1/100 s: print microseconds of CPU per call
         psql_ <<SQL | sed "s/^/$label /" >>"$WORK/results"
 SELECT public.cpu_ticks() AS t0 \gset
@@ -108,7 +128,12 @@ SQL
               tee -a "$WORK/pgbench.log" | sed -n "s/^tps = \([0-9.]*\).*/\1/p")
         echo "$label tps_$kind $tps" >>"$WORK/results"
     done
-    grep "^$label " "$WORK/results" | tail -4 | tr '\n' ' '
+    act=$(psql_ -c "SELECT redpacket.rp_create_activity(1000000.00, packets => $LUCKY_PACKETS)")
+    as_pg "$BIN/pgbench" -n -h /tmp -p "$PORT" -c "$LUCKY_CLIENTS" -j 2 -T "$DURATION" \
+        -D act="$act" -D n=0 -f "$HERE/rp_claim_lucky.pgbench" postgres >>"$WORK/pgbench.log" 2>&1
+    psql_ -c "SELECT '$label tps_lucky ' || round(count(*) / extract(epoch FROM max(claimed_at) - min(claimed_at)), 1)
+                FROM redpacket.claim WHERE activity_id = $act" >>"$WORK/results"
+    grep "^$label " "$WORK/results" | tail -6 | tr '\n' ' '
     echo
 }
 
@@ -119,9 +144,28 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 as_pg "$BIN/pg_ctl" -D "$WORK/data" -w stop >/dev/null
 
-echo "median of $ROUNDS rounds each (cpu: microseconds per call; tps: calls per second)"
-for kind in cpu_claim cpu_batch tps_claim tps_batch; do
-    o=$(awk -v k=$kind '$1 == "old" && $2 == k {print $3}' "$WORK/results" | median)
-    n=$(awk -v k=$kind '$1 == "new" && $2 == k {print $3}' "$WORK/results" | median)
-    awk -v k=$kind -v o="$o" -v n="$n" 'BEGIN {printf "%-10s old %10.1f  new %10.1f  new/old %.3f\n", k, o, n, n / o}'
-done
+summary() {
+    echo "median of $ROUNDS rounds each (cpu: microseconds per call; tps: calls per second)"
+    for kind in cpu_claim cpu_batch cpu_lucky tps_claim tps_batch tps_lucky; do
+        o=$(awk -v k=$kind '$1 == "old" && $2 == k {print $3}' "$WORK/results" | median)
+        n=$(awk -v k=$kind '$1 == "new" && $2 == k {print $3}' "$WORK/results" | median)
+        awk -v k=$kind -v o="$o" -v n="$n" 'BEGIN {printf "%-10s old %10.1f  new %10.1f  new/old %.3f\n", k, o, n, n / o}'
+    done
+}
+summary
+if [ -n "$OUT" ]; then
+    {
+        echo "# Two builds side by side (test/bench/compare.sh)"
+        echo
+        echo "old: $( [ -d "$OLD_SRC/.git" ] && git -C "$OLD_SRC" rev-parse --short HEAD || echo "$OLD_REV")," \
+             "new: $(git -C "$NEW_SRC" rev-parse --short HEAD); $ROUNDS rounds each, alternating;" \
+             "$CLIENTS clients ($LUCKY_CLIENTS for the lucky draws, $LUCKY_PACKETS packets), $DURATION s a run;" \
+             "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)."
+        echo
+        echo '```'
+        summary
+        echo
+        cat "$WORK/results"
+        echo '```'
+    } >"$OUT"
+fi

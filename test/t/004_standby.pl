@@ -89,9 +89,15 @@ my ($ret, $out, $err) = $standby->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT redpacket.rp_claim($aid, 'on-standby', 1.00)");
 isnt($ret, 0, 'rp_claim on the standby fails');
 like($err, qr/ERROR:  25006:/, 'rp_claim on the standby fails with SQLSTATE 25006');
+like($err, qr/cannot execute rp_claim\(\) in a read-only transaction/,
+	'rp_claim says so up front, naming itself');
+unlike($err, qr/CONTEXT:/, 'rp_claim refuses before running any statement of its own');
 ($ret, $out, $err) = $standby->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT * FROM redpacket.rp_claim_batch($aid, ARRAY['s1', 's2'], ARRAY[1.00, 1.00])");
 like($err, qr/ERROR:  25006:/, 'rp_claim_batch on the standby fails with SQLSTATE 25006');
+like($err, qr/cannot execute rp_claim_batch\(\) in a read-only transaction/,
+	'rp_claim_batch says so up front, naming itself');
+unlike($err, qr/CONTEXT:/, 'rp_claim_batch refuses before running any statement of its own');
 is($standby->safe_psql('postgres', $status_q),
 	$on_primary, 'nothing changed on the standby');
 

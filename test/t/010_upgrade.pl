@@ -1,5 +1,5 @@
 # The upgrade path from every released version before the current one (1.0,
-# 1.1 and 1.2 today) to the current one.  A database created with
+# 1.1, 1.2 and 1.3 today) to the current one.  A database created with
 # CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
 # worker's passes and rp_reconcile all work on the old catalog.  After
@@ -10,7 +10,10 @@
 # install in another database give the same pg_dump --schema-only output,
 # both plain and --binary-upgrade (the form that spells out every member
 # object, its comment, its privileges and its membership; only the OIDs that
-# binary-upgrade pins legitimately differ and are masked).
+# binary-upgrade pins legitimately differ and are masked).  A session
+# connected since before the update, and a transaction that claims, updates
+# and claims again, are served as the new catalog (a lucky draw pays an amount
+# dealt at creation, which only the new catalog has).
 use strict;
 use warnings;
 
@@ -59,6 +62,45 @@ my $publication_q = q{
 SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'redpacket_events'};
 my $one_per_key_q = q{
 SELECT count(*) = count(DISTINCT (activity_id, user_id, idempotency_key)) FROM redpacket.claim};
+
+# A lucky draw in the given session on a new activity whose amounts were
+# dealt to its stripes at creation: the draw must pay one of them (a library
+# that took the catalog for an older one draws a fresh amount instead).
+sub dealt_draw
+{
+	my ($session) = @_;
+	my $l = sql("SELECT redpacket.rp_create_activity(200.00, 20, stripes => 4)");
+	my $dealt = sql(
+		"SELECT string_agg(d::text, ',') FROM redpacket.stripe s, unnest(s.dealt) d WHERE s.activity_id = $l");
+	my $got = $session->query_safe(
+		"SELECT (amount * 100)::bigint FROM redpacket.rp_claim($l, 'drawn', NULL)");
+	return (grep { $_ eq $got } split /,/, $dealt) ? 't' : "drew $got, dealt $dealt";
+}
+
+# One transaction claims on the old catalog, updates the extension and
+# claims again: the second claim sees the new catalog.
+sub update_inside_claims
+{
+	my ($from) = @_;
+	my $d = 'tx' . ($from =~ s/\.//r);
+	$node->safe_psql('postgres', "CREATE DATABASE $d");
+	local $db = $d;
+	sql("CREATE EXTENSION redpacket VERSION '$from'");
+	my $f = sql("SELECT redpacket.rp_create_activity(10.00)");
+	my $s = $node->background_psql($d);
+	$s->query_safe('BEGIN');
+	$s->query_safe("SELECT redpacket.rp_claim($f, 'before', 0.01)");
+	$s->query_safe('ALTER EXTENSION redpacket UPDATE');
+	my $l = $s->query_safe("SELECT redpacket.rp_create_activity(200.00, 20, stripes => 4)");
+	my $dealt = $s->query_safe(
+		"SELECT string_agg(d::text, ',') FROM redpacket.stripe s, unnest(s.dealt) d WHERE s.activity_id = $l");
+	my $got = $s->query_safe(
+		"SELECT (amount * 100)::bigint FROM redpacket.rp_claim($l, 'drawn', NULL)");
+	$s->query_safe('COMMIT');
+	$s->quit;
+	ok((grep { $_ eq $got } split /,/, $dealt),
+		"$from: claims, ALTER EXTENSION UPDATE and a lucky draw in one transaction: the draw pays a dealt amount");
+}
 
 sub upgrade_path
 {
@@ -109,6 +151,10 @@ sub upgrade_path
 			$db,
 			"SELECT last_claim_id >= $cid FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
 		"$from catalog: the worker passes");
+	# A session that claimed on the old catalog stays connected through the
+	# update: the library must see the new catalog in it (at the end).
+	my $old_session = $node->background_psql($db);
+	$old_session->query_safe("SELECT redpacket.rp_claim($act{fixed}, 'long-lived', 0.01)");
 	is(sql($books_q), '5|0|0', "$from catalog: the books balance");
 	my $max_claim_old = sql('SELECT max(claim_id) FROM redpacket.claim');
 	my $claims_old = sql('SELECT count(*) FROM redpacket.claim');
@@ -156,6 +202,9 @@ sub upgrade_path
 	ok(full_check_ok(), "$new: full reconciliation ok after more claims");
 	is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok"),
 		'0', 'no pass ever failed, before or after the update');
+	is(dealt_draw($old_session), 't',
+		"$new: a session connected since the $from catalog draws a dealt amount");
+	$old_session->quit;
 }
 
 # --- Each upgraded schema equals a fresh install ------------------------------
@@ -234,6 +283,7 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
 	same_as_fresh();
+	update_inside_claims($from);
 }
 
 $node->stop;
