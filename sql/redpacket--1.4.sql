@@ -1180,6 +1180,160 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
 -- [campaign] Eligibility lists, live changes and their record -----------------
 
 -- [wallet] Settling claims with the wallet -----------------------------------
+-- What the wallet service that pays users did with each claim: credited
+-- (it paid) or reversed (undone: the money went back to the activity, or to
+-- the funder once the activity was settled).  One row per settled claim,
+-- written once (the primary key is the arbiter between rp_credited and
+-- rp_reverse of the same claim); the claim row itself never changes.
+-- settlement_id comes from an uncached sequence, and a reversal draws it
+-- under every stripe lock of its activity, so a reconciliation pass (which
+-- holds them too) has seen every reversal below the largest id it saw.
+CREATE SEQUENCE redpacket.claim_settlement_id_seq;
+CREATE TABLE redpacket.claim_settlement (
+    activity_id   bigint NOT NULL,
+    claim_id      bigint NOT NULL,
+    settlement_id bigint NOT NULL DEFAULT pg_catalog.nextval('redpacket.claim_settlement_id_seq'),
+    state         text NOT NULL CHECK (state IN ('credited', 'reversed')),
+    amount        numeric NOT NULL,
+    settled_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    settled_by    name NOT NULL DEFAULT pg_catalog.session_user(),
+    reference     text,
+    reason        text,
+    PRIMARY KEY (activity_id, claim_id)
+);
+ALTER SEQUENCE redpacket.claim_settlement_id_seq OWNED BY redpacket.claim_settlement.settlement_id;
+CREATE INDEX claim_settlement_reversed ON redpacket.claim_settlement (activity_id, settlement_id)
+    WHERE state = 'reversed';
+COMMENT ON SEQUENCE redpacket.claim_settlement_id_seq IS
+    'Ids of settlements (no CACHE: a reversal draws its id under every stripe lock of its activity, which the reconciliation watermark relies on).';
+COMMENT ON TABLE redpacket.claim_settlement IS
+    'One row per settled claim: credited (the wallet paid it, rp_credited) or reversed (undone, rp_reverse). A claim moves once; claims without a row are pending (rp_pending_credits). Append-only.';
+COMMENT ON COLUMN redpacket.claim_settlement.activity_id IS 'The activity of the claim.';
+COMMENT ON COLUMN redpacket.claim_settlement.claim_id IS 'The claim settled (redpacket.claim.claim_id).';
+COMMENT ON COLUMN redpacket.claim_settlement.settlement_id IS 'Settlement id; of two reversals of one activity, the later has the larger id.';
+COMMENT ON COLUMN redpacket.claim_settlement.state IS 'credited (the wallet paid the claim) or reversed (the claim was undone and its amount returned).';
+COMMENT ON COLUMN redpacket.claim_settlement.amount IS 'The claim''s amount, in currency units with the activity''s scale.';
+COMMENT ON COLUMN redpacket.claim_settlement.settled_at IS 'When the settlement was recorded (its transaction''s start).';
+COMMENT ON COLUMN redpacket.claim_settlement.settled_by IS 'Session user who recorded it (the wallet service''s role, or the operator''s).';
+COMMENT ON COLUMN redpacket.claim_settlement.reference IS 'The wallet''s reference given to rp_credited (a batch or payment id), if any.';
+COMMENT ON COLUMN redpacket.claim_settlement.reason IS 'Why the claim was reversed (rp_reverse); NULL for credits.';
+COMMENT ON INDEX redpacket.claim_settlement_reversed IS
+    'Reversals of an activity in settlement_id order: what an incremental reconciliation reads past its watermark.';
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON redpacket.claim_settlement
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON redpacket.claim_settlement
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_change();
+REVOKE ALL ON redpacket.claim_settlement, redpacket.claim_settlement_id_seq FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim_settlement', '');
+SELECT pg_catalog.pg_extension_config_dump('redpacket.claim_settlement_id_seq', '');
+
+-- Where rp_pending_credits starts: per activity, every claim up to
+-- settled_through is settled except the few in settlement_gap, so finding
+-- the pending claims reads only those and the claims after settled_through,
+-- however many claims were settled before.  Derived from claim and
+-- claim_settlement and rebuilt from them (not dumped: after a restore the
+-- first call reads the activity's claims once).
+CREATE TABLE redpacket.settlement_state (
+    activity_id     bigint PRIMARY KEY,
+    settled_through bigint NOT NULL DEFAULT 0,
+    advanced_at     timestamptz
+);
+COMMENT ON TABLE redpacket.settlement_state IS
+    'Per activity, how far its claims are known to be settled: every claim with claim_id up to settled_through has a claim_settlement row, except those listed in settlement_gap. Advanced by rp_pending_credits; derived data, not dumped.';
+COMMENT ON COLUMN redpacket.settlement_state.activity_id IS 'The activity.';
+COMMENT ON COLUMN redpacket.settlement_state.settled_through IS 'Every claim of the activity up to this id is settled or listed in settlement_gap; advanced only past claims that can no longer commit.';
+COMMENT ON COLUMN redpacket.settlement_state.advanced_at IS 'When settled_through last moved.';
+CREATE TABLE redpacket.settlement_gap (
+    activity_id bigint NOT NULL,
+    claim_id    bigint NOT NULL,
+    PRIMARY KEY (activity_id, claim_id)
+);
+COMMENT ON TABLE redpacket.settlement_gap IS
+    'Claims at or below their activity''s settlement_state.settled_through that were not settled when it moved past them (claims the wallet skipped); removed once settled. Derived data, not dumped.';
+COMMENT ON COLUMN redpacket.settlement_gap.activity_id IS 'The activity.';
+COMMENT ON COLUMN redpacket.settlement_gap.claim_id IS 'A claim that was pending when settled_through passed it.';
+REVOKE ALL ON redpacket.settlement_state, redpacket.settlement_gap FROM PUBLIC;
+
+CREATE FUNCTION redpacket.rp_credited(activity bigint, claim_ids bigint[], reference text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_credited'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_credited(bigint, bigint[], text) IS
+    'The wallet service acknowledges claims of one activity it paid: records each as credited (with reference), skips those already credited, returns how many it newly credited. All or nothing: an unknown claim (P0002) or a reversed one (55000) is an error naming it. Granted by rp_grant_wallet.';
+
+CREATE FUNCTION redpacket.rp_reverse(activity bigint, claim_id bigint, reason text)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'rp_reverse'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_reverse(bigint, bigint, text) IS
+    'Undoes a claim that was not credited: its amount and packet go back to the activity''s budget while it is open, or to the funder (a ledger refund entry) once it is settled; records the reversal and an activity_change row; returns the amount (0 when already reversed). A credited claim is refused (55000). For operators.';
+
+CREATE FUNCTION redpacket.rp_pending_credits(activity bigint DEFAULT NULL,
+                                             older_than interval DEFAULT '0')
+RETURNS TABLE (activity_id bigint, claim_id bigint, user_id text, amount numeric,
+               claimed_at timestamptz)
+AS 'MODULE_PATHNAME', 'rp_pending_credits'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+ROWS 100;
+COMMENT ON FUNCTION redpacket.rp_pending_credits(bigint, interval) IS
+    'Claims neither credited nor reversed, of one activity or (NULL) of all, claimed at least older_than ago, oldest first: what a wallet consumer re-drives after it lost messages. Its cost follows the pending claims, not the settled ones. Granted by rp_grant_wallet and rp_grant_operator.';
+
+CREATE FUNCTION redpacket.rp_grant_wallet(role regrole) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT redpacket.rp_grant_role(role, 'wallet');
+END;
+COMMENT ON FUNCTION redpacket.rp_grant_wallet(regrole) IS
+    'Grants a wallet service''s role USAGE on the schema and what redpacket.role_grant lists for wallet: rp_credited, rp_pending_credits and SELECT on the published tables (its subscription copies them).';
+
+REVOKE ALL ON FUNCTION redpacket.rp_credited(bigint, bigint[], text),
+    redpacket.rp_reverse(bigint, bigint, text),
+    redpacket.rp_pending_credits(bigint, interval),
+    redpacket.rp_grant_wallet(regrole) FROM PUBLIC;
+
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('wallet', 'EXECUTE ON FUNCTION redpacket.rp_credited(bigint, bigint[], text)'),
+    ('wallet', 'EXECUTE ON FUNCTION redpacket.rp_pending_credits(bigint, interval)'),
+    ('wallet', 'SELECT ON redpacket.claim'),
+    ('wallet', 'SELECT ON redpacket.ledger'),
+    ('wallet', 'SELECT ON redpacket.activity_change'),
+    ('wallet', 'SELECT ON redpacket.claim_settlement'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_reverse(bigint, bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_pending_credits(bigint, interval)'),
+    ('operator', 'SELECT ON redpacket.claim_settlement');
+
+-- The publication carries the settlements and the changes too, so that the
+-- wallet sees reversals.  Made here when it is missing; the publication
+-- keeper (src/guard.c) puts the same four tables back after a restore.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    SET LOCAL client_min_messages = error;
+    SET LOCAL log_min_messages = error;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication
+                    WHERE pubname OPERATOR(pg_catalog.=) 'redpacket_events') THEN
+        CREATE PUBLICATION redpacket_events FOR TABLE redpacket.claim, redpacket.ledger,
+            redpacket.activity_change, redpacket.claim_settlement;
+    ELSE
+        FOREACH t IN ARRAY ARRAY['redpacket.claim', 'redpacket.ledger',
+                                 'redpacket.activity_change', 'redpacket.claim_settlement'] LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r
+                             JOIN pg_catalog.pg_publication p ON p.oid OPERATOR(pg_catalog.=) r.prpubid
+                            WHERE p.pubname OPERATOR(pg_catalog.=) 'redpacket_events'
+                              AND r.prrelid OPERATOR(pg_catalog.=) t::pg_catalog.regclass) THEN
+                EXECUTE pg_catalog.format('ALTER PUBLICATION redpacket_events ADD TABLE %s', t);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+COMMENT ON PUBLICATION redpacket_events IS
+    'Every claim, ledger entry, activity change and claim settlement, for subscribers that credit wallets; consumers are idempotent on (activity_id, claim_id) for claims and settlements, (activity_id, entry_id) for ledger entries and (activity_id, change_id) for changes. Kept by the redpacket_publication_* event triggers.';
+COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
+    'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim, ledger, activity_change and claim_settlement into it.';
+COMMENT ON EVENT TRIGGER redpacket_publication_end IS
+    'After CREATE PUBLICATION redpacket_events (from a dump): puts redpacket.claim, ledger, activity_change and claim_settlement into it.';
 
 -- [recon] The reconciler ------------------------------------------------------
 -- What the pass lists, through indexes, so that a pass does not grow with
@@ -1761,7 +1915,8 @@ BEGIN
     -- Node group g hands out ids in [g * 2^48 + 1, (g + 1) * 2^48 - 1].
     top := ((grp OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.-) 1;
     FOREACH seq IN ARRAY ARRAY['activity_id_seq', 'claim_id_seq', 'ledger_entry_id_seq',
-                               'reconciliation_pass_id_seq', 'activity_change_id_seq'] LOOP
+                               'reconciliation_pass_id_seq', 'activity_change_id_seq',
+                               'claim_settlement_id_seq'] LOOP
         last := GREATEST(
             pg_catalog.pg_sequence_last_value(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass),
             grp OPERATOR(pg_catalog.<<) 48);

@@ -11,7 +11,7 @@
  *				  - sum(refund) - sum(live claims) = sum(stripe balances)
  *		packets	  activity.packets + sum(top_up packets) - count(live claims)
  *				  = sum(stripe packets) while open, 0 once closed (capped)
- *		claims	  count(live claims) + count(refunds) = sum(stripe claims)
+ *		claims	  count(live claims) = sum(stripe claims)
  *		negative  no stripe balance or packet count below 0
  *		not_empty a closed activity's stripes are empty and its return is
  *				  what was not claimed
@@ -22,11 +22,10 @@
  *		where live claims are claims without a 'reversed' settlement (1.4,
  *		when redpacket.claim_settlement exists).  A reversal while the
  *		activity is open gives the claim's stripe its money, packet and
- *		claim back; after settlement it is a refund entry and the stripes
- *		keep their claim counts, which is why refunds are added to the
- *		claim count.  The same statement records a reconciliation row per
- *		activity and advances its watermark, or (verification) only returns
- *		the rows.
+ *		claim back; after settlement it is a refund entry, and the stripe
+ *		gives back the claim only (it holds no money any more).  The same
+ *		statement records a reconciliation row per activity and advances its
+ *		watermark, or (verification) only returns the rows.
  *
  *		Watermarks.  reconcile_state keeps, per activity, the running sums
  *		of its claims up to last_claim_id and of its reversals up to
@@ -327,7 +326,7 @@ RpCheckRecreateState(int64 activity)
 	"                  w.reversed_to OPERATOR(pg_catalog.+) v.amount AS reversed," \
 	"                  w.rev_count_to OPERATOR(pg_catalog.+) v.n AS reversed_count," \
 	"                  s.balance, s.packets, s.claims, s.negative, s.nonempty, s.dealt_bad," \
-	"                  l.funded, l.returned, l.refunded, l.refunds, l.topup_packets, l.last_entry" \
+	"                  l.funded, l.returned, l.refunded, l.topup_packets, l.last_entry" \
 	"             FROM w CROSS JOIN LATERAL (SELECT x.scale, x.packets, x.closed_at FROM redpacket.activity x" \
 	"                                         WHERE x.id OPERATOR(pg_catalog.=) " A " OFFSET 0) a" \
 	"            CROSS JOIN LATERAL (" \
@@ -384,7 +383,7 @@ RpCheckRecreateState(int64 activity)
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'fund'), 0) AS funded," \
 	"                         pg_catalog.sum(x.amount) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'return') AS returned," \
-	"                         0::pg_catalog.numeric AS refunded, 0::pg_catalog.int8 AS refunds," \
+	"                         0::pg_catalog.numeric AS refunded," \
 	"                         0::pg_catalog.int8 AS topup_packets," \
 	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
@@ -399,7 +398,6 @@ RpCheckRecreateState(int64 activity)
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'return') AS returned," \
 	"                         COALESCE(pg_catalog.sum(x.amount) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'refund'), 0) AS refunded," \
-	"                         pg_catalog.count(*) FILTER (WHERE x.kind OPERATOR(pg_catalog.=) 'refund') AS refunds," \
 	"                         COALESCE(pg_catalog.sum(x.packets) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)::pg_catalog.int8" \
 	"                           AS topup_packets," \
@@ -421,7 +419,7 @@ RpCheckRecreateState(int64 activity)
 	"                       ELSE t.cap OPERATOR(pg_catalog.+) t.topup_packets OPERATOR(pg_catalog.-) t.live_n" \
 	"                  END AS expected_packets," \
 	"                  t.packets::pg_catalog.int8 AS actual_packets," \
-	"                  t.live_n OPERATOR(pg_catalog.+) t.refunds AS expected_claims," \
+	"                  t.live_n AS expected_claims," \
 	"                  t.claims AS actual_claims," \
 	"                  $3 AND t.closed AND (t.nonempty OPERATOR(pg_catalog.<>) 0 OR t.returned IS NULL" \
 	"                       OR t.returned OPERATOR(pg_catalog.<>) (t.funded OPERATOR(pg_catalog.-) t.refunded" \

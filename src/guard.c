@@ -23,7 +23,8 @@
  *		exists") or leave it empty.  So at ddl_command_start of
  *		CREATE PUBLICATION redpacket_events the keeper drops the one the
  *		extension made (the command recreates it with the dump's options), and
- *		at ddl_command_end puts claim and ledger back into it.  The pg_dump
+ *		at ddl_command_end puts claim, ledger, activity_change and
+ *		claim_settlement (those the catalog has) back into it.  The pg_dump
  *		of PostgreSQL 18 also writes the publication's tables, as
  *		ALTER PUBLICATION redpacket_events ADD TABLE ONLY redpacket.claim
  *		after the CREATE PUBLICATION, which would fail ("already member"):
@@ -187,10 +188,15 @@ static RpPlan publication_exists = {
 	0, {InvalidOid}
 };
 
-/* The extension's tables that are not (yet) in the publication. */
+/*
+ * The extension's published tables that are not (yet) in the publication;
+ * those of a later version than the catalog's do not exist and are skipped.
+ */
 static RpPlan publication_missing = {
-	"SELECT t.name FROM (VALUES ('claim'), ('ledger')) t(name)"
-	" WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r"
+	"SELECT t.name FROM (VALUES ('claim'), ('ledger'), ('activity_change'),"
+	"                           ('claim_settlement')) t(name)"
+	" WHERE pg_catalog.to_regclass('redpacket.' OPERATOR(pg_catalog.||) t.name) IS NOT NULL"
+	"   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r"
 	"                     JOIN pg_catalog.pg_publication p ON p.oid OPERATOR(pg_catalog.=) r.prpubid"
 	"                    WHERE p.pubname OPERATOR(pg_catalog.=) '" RP_PUBLICATION "'"
 	"                      AND r.prrelid OPERATOR(pg_catalog.=)"
@@ -218,13 +224,14 @@ RunUtility(const char *sql)
 
 /*
  * At ddl_command_start of ALTER PUBLICATION redpacket_events ADD TABLE:
- * drop from the publication each of claim and ledger that the command adds
- * and that is in it already as a plain member.  Inside SPI_connect.
+ * drop from the publication each of the extension's published tables that
+ * the command adds and that is in it already as a plain member.  Inside
+ * SPI_connect.
  */
 static void
 ReaddTables(AlterPublicationStmt *stmt)
 {
-	static const char *const tables[] = {"claim", "ledger"};
+	static const char *const tables[] = {"claim", "ledger", "activity_change", "claim_settlement"};
 	Oid			nsp = get_namespace_oid("redpacket", true);
 	ListCell   *lc;
 

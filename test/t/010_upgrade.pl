@@ -65,6 +65,8 @@ sub full_check_ok
 	return $node->poll_query_until($db,
 		'SELECT count(*) = 5 AND bool_and(ok) FROM redpacket.rp_reconcile(NULL, true)');
 }
+my $publication_q = q{
+SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables WHERE pubname = 'redpacket_events'};
 my $one_per_key_q = q{
 SELECT count(*) = count(DISTINCT (activity_id, user_id, idempotency_key)) FROM redpacket.claim};
 
@@ -185,6 +187,17 @@ sub upgrade_path
 	                 has_table_privilege('up_ops', 'redpacket.activity_change', 'SELECT')}),
 		't|t', "$new: and gives them what $new grants their kind");
 	ok(full_check_ok(), "$new: a full reconciliation of every activity is ok");
+	is(sql($publication_q), 'activity_change,claim,claim_settlement,ledger',
+		"$new: the publication carries the changes and the settlements too");
+	# Claims made before the update are settled like new ones.
+	is( sql(
+			"SELECT redpacket.rp_credited($act{fixed}, ARRAY(SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{fixed})) = (SELECT count(*) FROM redpacket.claim WHERE activity_id = $act{fixed})"
+		),
+		't', "$new: rp_credited acknowledges the claims of the $from catalog");
+	is( sql(
+			"SELECT count(*) = (SELECT count(*) FROM redpacket.claim WHERE activity_id <> $act{fixed}) FROM redpacket.rp_pending_credits()"
+		),
+		't', "$new: rp_pending_credits lists every other claim of the $from catalog");
 
 	# --- Claims continue ----------------------------------------------------------
 
@@ -278,6 +291,8 @@ sub same_as_fresh
 	 WHERE e.extname = 'redpacket'};
 	is(sql($config_q), $node->safe_psql('fresh', $config_q),
 		'the same relations are registered with pg_extension_config_dump, with the same conditions');
+	is(sql($publication_q), $node->safe_psql('fresh', $publication_q),
+		'the publication has the same tables');
 }
 
 # every released version before the current one

@@ -178,7 +178,8 @@ is(app("SELECT coalesce(sum(amount), 0) FROM redpacket.ledger WHERE activity_id 
 my $ref_claims = () = $ref{claim} =~ /\n/g;
 is(app("SELECT count(*) FROM redpacket.claim"), $ref_claims + 1, 'every claim of the dump is there');
 is(app("SELECT pubname || ':' || string_agg(tablename, ',' ORDER BY tablename) FROM pg_publication_tables GROUP BY pubname"),
-	'redpacket_events:claim,ledger', 'the publication lists claim and ledger after the restore');
+	'redpacket_events:activity_change,claim,claim_settlement,ledger',
+	'the publication lists claim, ledger, activity_change and claim_settlement after the restore');
 
 $node->stop;
 done_testing();

@@ -1,4 +1,4 @@
-# The application example test/examples/claim_client.py (psycopg2), run as
+# The application example examples/app/claim_client.py (psycopg2), run as
 # an application role with only rp_grant_app: 200 users claim once each
 # from 4 threads under READ COMMITTED, a tenth of them through a simulated
 # uncertain commit, which the retry resolves as 'duplicate' with the same
@@ -17,7 +17,7 @@ use JSON::PP;
 use File::Basename qw(dirname);
 use Cwd qw(abs_path);
 
-my $example = abs_path(dirname(__FILE__) . '/../examples/claim_client.py');
+my $example = abs_path(dirname(__FILE__) . '/../../examples/app/claim_client.py');
 
 my $node = PostgreSQL::Test::Cluster->new('client');
 $node->init;
