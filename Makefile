@@ -9,7 +9,8 @@
 MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
        src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/reconcile.o src/worker.o \
-       src/launcher.o src/stats.o src/guard.o src/scaleout.o src/change.o
+       src/launcher.o src/stats.o src/guard.o src/scaleout.o src/change.o \
+       src/eligible.o src/livechange.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \

@@ -6,17 +6,22 @@
  *		operator closes the activity or the reconciliation pass finds it
  *		expired.  Anything that changes what claims may do takes every stripe
  *		lock first, so it waits for claims in flight and they see it after.
+ *		From 1.4 each such change is also a row of redpacket.activity_change
+ *		(RpRecordChange), with the fields it changed before and after
+ *		(RpActivityState).
  */
 #include "postgres.h"
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 
+#include "change.h"
 #include "redpacket.h"
 
 PG_FUNCTION_INFO_V1(rp_create_activity);
@@ -24,10 +29,31 @@ PG_FUNCTION_INFO_V1(rp_close_activity);
 PG_FUNCTION_INFO_V1(rp_freeze);
 PG_FUNCTION_INFO_V1(rp_unfreeze);
 
-static RpPlan fetch_activity = {
-	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
+#define RP_SQL_ACTIVITY_COLUMNS \
+	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit," \
 	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL"
+
+static RpPlan fetch_activity = {
+	RP_SQL_ACTIVITY_COLUMNS
 	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/* 1.4: and whether the activity is restricted to its eligibility list */
+static RpPlan fetch_activity_14 = {
+	RP_SQL_ACTIVITY_COLUMNS ", a.restricted AS restricted"
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/*
+ * 1.4, for the live changes (livechange.c), which hold every stripe lock:
+ * the row as it is now, locked against the others (under REPEATABLE READ a
+ * change committed after the snapshot is a serialization failure).
+ */
+static RpPlan lock_activity = {
+	RP_SQL_ACTIVITY_COLUMNS ", a.restricted AS restricted"
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
 	1, {INT8OID}
 };
 
@@ -36,6 +62,14 @@ static RpPlan insert_activity = {
 	"       (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at)"
 	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
 	8, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
+static RpPlan insert_activity_14 = {
+	"INSERT INTO redpacket.activity"
+	"       (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+	9, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BOOLOID}
 };
 
 /* Budget and packets spread evenly; the first stripes take the remainders. */
@@ -53,6 +87,43 @@ static RpPlan insert_ledger = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
 	" VALUES ($1, $2, $3, $4)",
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
+};
+
+/* 1.4: the packets an entry adds to the cap (NULL: none) */
+static RpPlan insert_ledger_14 = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
+	" VALUES ($1, $2, $3, $4, $5)",
+	5, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
+};
+
+/*
+ * What an operator's change can touch, today's values: the schedule, the
+ * holds, the funded total (the ledger's fund + top_up - withdraw) and the
+ * packet cap (activity.packets + the packets of the top-ups), what the
+ * stripes hold and what went back to the funder; only the keys $2 (1.4).
+ */
+static RpPlan activity_state = {
+	"SELECT pg_catalog.jsonb_object_agg(j.key, j.value)::pg_catalog.text"
+	"  FROM redpacket.activity a"
+	" CROSS JOIN LATERAL (SELECT"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}')), 0)"
+	"         OPERATOR(pg_catalog.-)"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) 'withdraw'), 0) AS funded,"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) ANY ('{return,refund}')), 0)"
+	"         AS returned,"
+	"       COALESCE(pg_catalog.sum(l.packets) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) 'top_up'), 0) AS added"
+	"       FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) a.id) l"
+	" CROSS JOIN LATERAL (SELECT pg_catalog.sum(s.balance) AS balance, pg_catalog.sum(s.packets) AS packets"
+	"       FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) a.id) s"
+	" CROSS JOIN LATERAL pg_catalog.jsonb_each(pg_catalog.jsonb_build_object("
+	"       'starts_at', a.starts_at, 'ends_at', a.ends_at,"
+	"       'frozen_reason', a.frozen_reason, 'closed_at', a.closed_at,"
+	"       'funded', l.funded, 'packets', a.packets OPERATOR(pg_catalog.+) l.added,"
+	"       'remaining', pg_catalog.round(s.balance OPERATOR(pg_catalog./)"
+	"                    pg_catalog.power(10::pg_catalog.numeric, a.scale::pg_catalog.numeric), a.scale),"
+	"       'remaining_packets', s.packets, 'returned', l.returned)) j"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1 AND j.key OPERATOR(pg_catalog.=) ANY ($2)",
+	2, {INT8OID, TEXTARRAYOID}
 };
 
 /*
@@ -79,6 +150,9 @@ static RpPlan insert_state = {
 	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)",
 	1, {INT8OID}
 };
+
+/* What a settlement changes, for its activity_change row. */
+#define RP_SETTLE_FIELDS "closed_at,remaining,remaining_packets,returned"
 
 static RpPlan find_return = {
 	"SELECT 1 FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) $1"
@@ -122,13 +196,15 @@ static RpPlan set_frozen = {
 
 /*
  * Read columns 1-9 of row 0 of the last SPI result, laid out as in
- * fetch_activity, into *act.
+ * fetch_activity, into *act; restricted from a column of that name, when
+ * the result has one (false otherwise).
  */
 void
 RpActivityFromRow(int64 id, RpActivity *act)
 {
 	bool		isnull;
 	Datum		d;
+	int			restricted = SPI_fnumber(SPI_tuptable->tupdesc, "restricted");
 
 	act->id = id;
 	act->scale = DatumGetInt32(RpGetDatum(0, 3, &isnull));
@@ -141,14 +217,16 @@ RpActivityFromRow(int64 id, RpActivity *act)
 	act->ends_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 	act->closed = DatumGetBool(RpGetDatum(0, 8, &isnull));
 	act->frozen = DatumGetBool(RpGetDatum(0, 9, &isnull));
+	act->restricted = restricted > 0 && DatumGetBool(RpGetDatum(0, restricted, &isnull));
 }
 
 bool
 RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
 {
 	Datum		value = Int64GetDatum(id);
+	RpPlan	   *plan = RpCatalogVersion() >= RP_CATALOG_1_4 ? &fetch_activity_14 : &fetch_activity;
 
-	if (RpExec(&fetch_activity, &value, NULL, false, 1) != SPI_OK_SELECT)
+	if (RpExec(plan, &value, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read activity " INT64_FORMAT, id);
 	if (SPI_processed == 0)
 	{
@@ -162,9 +240,20 @@ RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
 	return true;
 }
 
+/* The activity's row, locked (lock_activity); it must exist. */
+void
+RpLockActivityRow(int64 id, RpActivity *act)
+{
+	Datum		value = Int64GetDatum(id);
+
+	if (RpExec(&lock_activity, &value, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not lock activity " INT64_FORMAT, id);
+	RpActivityFromRow(id, act);
+}
+
 /*
  * Backend-local cache of what never changes after creation: scale, stripes,
- * packets, per-user limit and schedule.  It lets the fast claim path skip
+ * packets (whether there is a cap), restriction, per-user limit and schedule.  It lets the fast claim path skip
  * reading the activity row; frozen and closed are not cached (the claim
  * statement checks them).  Any relcache invalidation of redpacket.activity
  * (ALTER, DROP EXTENSION, ...) empties it.
@@ -264,17 +353,65 @@ RpSyncHalt(int64 activity)
 		elog(ERROR, "could not mark stripes of activity " INT64_FORMAT, activity);
 }
 
-static void
-InsertLedger(int64 activity, const char *kind, int64 units, int scale, const char *reason)
+/*
+ * A ledger entry; packets is what it adds to the packet cap (0: none),
+ * recorded from 1.4 on.
+ */
+void
+RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
+			   const char *reason)
 {
-	Datum		values[4];
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n'};
+	bool		v14 = RpCatalogVersion() >= RP_CATALOG_1_4;
 
 	values[0] = Int64GetDatum(activity);
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = NumericGetDatum(RpUnitsToAmount(units, scale));
 	values[3] = CStringGetTextDatum(reason);
-	if (RpExec(&insert_ledger, values, NULL, false, 0) != SPI_OK_INSERT)
+	values[4] = Int32GetDatum(packets);
+	if (RpExec(v14 ? &insert_ledger_14 : &insert_ledger, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write ledger entry");
+}
+
+/* "a,b,c" as a text[] */
+static ArrayType *
+KeyArray(const char *keys)
+{
+	Datum		d[16];
+	int			n = 0;
+
+	for (const char *k = keys; *k != '\0' && n < lengthof(d);)
+	{
+		const char *end = strchr(k, ',');
+		int			len = end ? (int) (end - k) : (int) strlen(k);
+
+		d[n++] = PointerGetDatum(cstring_to_text_with_len(k, len));
+		k += len + (end ? 1 : 0);
+	}
+	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+/*
+ * The fields keys (a comma-separated list of activity_state's keys) of the
+ * activity, today, as JSON text for RpRecordChange; NULL under a catalog
+ * older than 1.4, which records no changes.
+ */
+char *
+RpActivityState(int64 activity, const char *keys)
+{
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+
+	if (RpCatalogVersion() < RP_CATALOG_1_4)
+		return NULL;
+	values[0] = Int64GetDatum(activity);
+	values[1] = PointerGetDatum(KeyArray(keys));
+	if (RpExec(&activity_state, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the state of activity " INT64_FORMAT, activity);
+	d = RpGetDatum(0, 1, &isnull);
+	return isnull ? NULL : TextDatumGetCString(d);
 }
 
 /*
@@ -282,13 +419,16 @@ InsertLedger(int64 activity, const char *kind, int64 units, int scale, const cha
  * closed.  The caller holds every stripe lock, so no claim is in flight and
  * no other settlement can run; an activity settled before gets nothing
  * more (the ledger's unique index would refuse a second return anyway).
- * Returns the remainder in minor units.
+ * reason is the ledger's: "closed" (rp_close_activity: the change is
+ * recorded as a close) or "expired" (the reconciler: a settle).  Returns
+ * the remainder in minor units.
  */
 int64
 RpSettle(const RpActivity *act, const char *reason)
 {
 	Datum		v[3];
 	int64		remainder = 0;
+	char	   *before = NULL;
 
 	RpCheckStripeRows(act);
 	v[0] = Int64GetDatum(act->id);
@@ -296,6 +436,7 @@ RpSettle(const RpActivity *act, const char *reason)
 		elog(ERROR, "could not read ledger");
 	if (SPI_processed == 0)
 	{
+		before = RpActivityState(act->id, RP_SETTLE_FIELDS);
 		if (RpExec(&zero_stripes, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not settle stripes");
 		for (uint64 i = 0; i < SPI_processed; i++)
@@ -309,6 +450,9 @@ RpSettle(const RpActivity *act, const char *reason)
 	if (RpExec(&mark_closed, v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not close activity");
 	RpSyncHalt(act->id);
+	if (before != NULL)
+		RpRecordChange(act->id, strcmp(reason, "closed") == 0 ? "close" : "settle", before,
+					   RpActivityState(act->id, RP_SETTLE_FIELDS), NULL);
 	return remainder;
 }
 
@@ -336,11 +480,17 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	int32		stripes;
 	int32		per_user_limit;
 	TimestampTz starts_at;
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		restricted = false;
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64		id;
 
 	RpNoNull(PG_ARGISNULL(0), "total");
+	if (PG_NARGS() > 8)			/* 1.4 */
+	{
+		RpNoNull(PG_ARGISNULL(8), "restricted");
+		restricted = PG_GETARG_BOOL(8);
+	}
 	scale = IntArg(fcinfo, 6, "scale", RP_MIN_SCALE, RP_MAX_SCALE);
 	per_user_limit = IntArg(fcinfo, 7, "per_user_limit", 1, PG_INT32_MAX);
 	stripes = PG_ARGISNULL(4) ? rp_default_stripes
@@ -385,7 +535,9 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	values[6] = TimestampTzGetDatum(starts_at);
 	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
-	if (RpExec(&insert_activity, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+	values[8] = BoolGetDatum(restricted);
+	if (RpExec(PG_NARGS() > 8 ? &insert_activity_14 : &insert_activity, values, nulls, false,
+			   1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert activity");
 	id = RpGetInt64(0, 1, 0);
 
@@ -398,7 +550,7 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	if (RpExec(&insert_stripes, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert stripes");
 
-	InsertLedger(id, "fund", total_units, scale, "funded");
+	RpInsertLedger(id, "fund", total_units, scale, packets, "funded");
 	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert reconciliation state");
 
@@ -430,6 +582,8 @@ SetFrozen(int64 activity, text *reason)
 	RpActivity	act;
 	Datum		values[3];
 	char		nulls[3] = {' ', reason ? ' ' : 'n', ' '};
+	char	   *before;
+	char	   *after;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -439,12 +593,17 @@ SetFrozen(int64 activity, text *reason)
 	RpWaitAllStripes(&act);
 	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
 	RpCheckStripeRows(&act);
+	before = RpActivityState(activity, "frozen_reason");
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(reason);
 	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	if (RpExec(&set_frozen, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update activity");
 	RpSyncHalt(activity);
+	after = RpActivityState(activity, "frozen_reason");
+	if (before != NULL && strcmp(before, after) != 0)
+		RpRecordChange(activity, reason ? "freeze" : "unfreeze", before, after,
+					   reason ? text_to_cstring(reason) : NULL);
 	SPI_finish();
 }
 

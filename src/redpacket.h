@@ -130,15 +130,20 @@ typedef struct RpActivity
 	TimestampTz ends_at;		/* DT_NOEND when open-ended */
 	bool		closed;
 	bool		frozen;
+	bool		restricted;		/* 1.4: pays only the users on its list (eligible.h) */
 } RpActivity;
 
 /* activity.c */
 extern void RpActivityFromRow(int64 id, RpActivity *act);
 extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
 extern bool RpActivityMeta(int64 id, RpActivity *act);
+extern void RpLockActivityRow(int64 id, RpActivity *act);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
 extern void RpCheckStripeRows(const RpActivity *act);
+extern void RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
+						   int32 packets, const char *reason);
+extern char *RpActivityState(int64 activity, const char *keys);
 
 /* args.c: argument checks shared by the SQL entry points */
 #define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */
