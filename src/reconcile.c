@@ -661,10 +661,14 @@ static int
 ReconcileOne(RpCheck *c, const RpActivity *act, const RpPass *pass)
 {
 	bool		v11 = RpCatalogVersion() >= RP_CATALOG_1_1;
-	bool		settled = act->closed;
+	bool		settled;
 	bool		wrote = false;
+	RpActivity	locked;
 
 	RpWaitAllStripes(act);
+	/* the schedule under the locks: rp_set_window may have moved the end */
+	(void) RpFetchActivity(act->id, &locked, false);
+	settled = locked.closed;
 	c->checked_at = GetCurrentTimestamp();
 	c->detail = Incomplete(act, pass->repair && c->full);
 	if (c->detail != NULL)
@@ -675,7 +679,7 @@ ReconcileOne(RpCheck *c, const RpActivity *act, const RpPass *pass)
 	else
 	{
 		/* settle an activity whose time is up (exactly once: see RpSettle) */
-		if (!act->closed && act->ends_at <= GetCurrentTransactionStartTimestamp())
+		if (!locked.closed && locked.ends_at <= GetCurrentTransactionStartTimestamp())
 		{
 			(void) RpSettle(act, "expired");
 			settled = wrote = true;
