@@ -133,6 +133,12 @@ SELECT redpacket.rp_set_window(:s, '2020-01-01', NULL);
 SELECT revision - :rev0 AS bumps FROM redpacket.activity WHERE id = :s;
 SELECT kind, before, after, reason FROM redpacket.activity_change
  WHERE activity_id = :s ORDER BY change_id;
+-- parked: a start at infinity and no end
+SELECT redpacket.rp_create_activity(1.00, starts_at => '2020-01-01', stripes => 1,
+                                    name => 'parked') AS p \gset
+SELECT redpacket.rp_set_window(:p, 'infinity', NULL, 'parked');
+SELECT state, starts_at, ends_at FROM redpacket.rp_activity_info(:p);
+SELECT pg_temp.claim(:p, 'u1', 0.10);
 SELECT * FROM pg_temp.books(:s);
 
 -- the record of the money changes ---------------------------------------------------

@@ -206,14 +206,14 @@ CheckListChangeable(int64 activity, const char *func)
  * error before anything is locked or written.
  */
 static Datum *
-UserIds(FunctionCallInfo fcinfo, int argno, int *n)
+UserIds(FunctionCallInfo fcinfo, int argno, ArrayType **array, int *n)
 {
 	ArrayType  *arr;
 	Datum	   *elems;
 	bool	   *nulls;
 
 	RpNoNull(PG_ARGISNULL(argno), "user_ids");
-	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	arr = *array = PG_GETARG_ARRAYTYPE_P(argno);
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
@@ -253,6 +253,7 @@ ChangeList(FunctionCallInfo fcinfo, bool allow)
 {
 	const char *func = allow ? "rp_allow" : "rp_disallow";
 	int64		activity;
+	ArrayType  *array;
 	Datum	   *users;
 	int			n;
 	Datum		values[2];
@@ -260,7 +261,7 @@ ChangeList(FunctionCallInfo fcinfo, bool allow)
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	activity = PG_GETARG_INT64(0);
-	users = UserIds(fcinfo, 1, &n);
+	users = UserIds(fcinfo, 1, &array, &n);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -275,7 +276,7 @@ ChangeList(FunctionCallInfo fcinfo, bool allow)
 	CheckListChangeable(activity, func);	/* settled while we waited? */
 
 	values[0] = Int64GetDatum(activity);
-	values[1] = PG_GETARG_DATUM(1);
+	values[1] = PointerGetDatum(array);
 	if (RpExec(allow ? &insert_list : &delete_list, values, NULL, false, 0) !=
 		(allow ? SPI_OK_INSERT : SPI_OK_DELETE))
 		elog(ERROR, "could not change the eligibility list of activity " INT64_FORMAT, activity);

@@ -467,7 +467,7 @@ rp_set_window(PG_FUNCTION_ARGS)
 	RpNoNull(PG_ARGISNULL(1), "starts_at");
 	starts_at = PG_GETARG_TIMESTAMPTZ(1);
 	ends_at = PG_ARGISNULL(2) ? DT_NOEND : PG_GETARG_TIMESTAMPTZ(2);
-	if (ends_at <= starts_at)
+	if (!PG_ARGISNULL(2) && ends_at <= starts_at)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ends_at must be after starts_at")));
