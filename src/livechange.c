@@ -40,10 +40,16 @@ enum
 	ST_STRIPE = 1, ST_BALANCE, ST_DEALT_UNITS, ST_PACKETS, ST_DEALT_COUNT
 };
 
+/*
+ * The stripes as they are now, with every stripe lock held: locked rows,
+ * so that under REPEATABLE READ a stripe a claim changed after the
+ * snapshot is a serialization failure, not a stale sum (even a stripe the
+ * change would not write).
+ */
 static RpPlan read_stripes = {
 	"SELECT s.stripe, s.balance, s.dealt_units, COALESCE(s.packets, 0), s.dealt_count"
 	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
-	" ORDER BY s.stripe",
+	" ORDER BY s.stripe FOR NO KEY UPDATE",
 	1, {INT8OID}
 };
 
