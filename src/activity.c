@@ -253,10 +253,12 @@ RpLockActivityRow(int64 id, RpActivity *act)
 
 /*
  * Backend-local cache of what never changes after creation: scale, stripes,
- * packets (whether there is a cap), restriction, per-user limit and schedule.  It lets the fast claim path skip
- * reading the activity row; frozen and closed are not cached (the claim
- * statement checks them).  Any relcache invalidation of redpacket.activity
- * (ALTER, DROP EXTENSION, ...) empties it.
+ * packets (whether there is a cap), restriction and per-user limit; and the
+ * schedule, which only rp_set_window moves, bumping the revision of the
+ * activity and of its stripes for the claim paths to see.  It lets the
+ * fast claim path skip reading the activity row; frozen and closed are not
+ * cached (the claim statement checks them).  Any relcache invalidation of
+ * redpacket.activity (ALTER, DROP EXTENSION, ...) empties it.
  */
 #define RP_META_CACHE_MAX 4096
 
