@@ -9,9 +9,9 @@
  *		closed or settled.  Each is one row of activity_change, and the
  *		money ones one ledger entry (top_up, withdraw).
  *
- *		Money an operator adds or takes is undealt (DESIGN: lucky draws
- *		deal amounts ahead to the stripes, in dealt, included in balance and
- *		packets): a top-up adds to balance and packets only, a withdrawal
+ *		Money an operator adds or takes is undealt (lucky draws deal
+ *		amounts ahead to the stripes, in dealt, which balance and packets
+ *		include): a top-up adds to balance and packets only, a withdrawal
  *		takes only from balance - dealt_units, and leaves a capped activity
  *		at least one undealt minor unit for each undealt packet, so every
  *		remaining packet stays claimable.
@@ -54,8 +54,8 @@ static RpPlan read_stripes = {
 };
 
 /*
- * Add units[i] (negative: take) and packets[i] to stripe stripes[i],
- * never into dealt money; with $5, bring the stripes to that revision.
+ * Add units ($3, negative: take) and packets ($4) to the stripes $2,
+ * never into dealt money; with $5, bring them to that revision.
  */
 static RpPlan adjust_stripes = {
 	"UPDATE redpacket.stripe s"
