@@ -10,7 +10,7 @@ MODULE_big = redpacket
 OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
        src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/reconcile.o src/worker.o \
        src/launcher.o src/stats.o src/guard.o src/scaleout.o src/change.o \
-       src/eligible.o src/livechange.o
+       src/catalog.o src/meta.o src/rules.o src/fast.o src/eligible.o src/livechange.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
@@ -68,7 +68,15 @@ $(OBJS): $(wildcard src/*.h)
 # The allocator's own tests: a program built from src/alloc.c alone, for
 # tests only (never installed).
 .PHONY: alloc-test
-test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/redpacket.h
+test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/alloc.h
 	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
 alloc-test: test/alloc/plan_test
 	test/alloc/plan_test
+
+# The lucky draw's theory that sql/lucky_group.sql checks against (a
+# program of its own; prints the figures that test's header lists).
+.PHONY: lucky-theory
+test/alloc/lucky_theory: test/alloc/lucky_theory.c
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ test/alloc/lucky_theory.c -lm
+lucky-theory: test/alloc/lucky_theory
+	test/alloc/lucky_theory

@@ -1,6 +1,6 @@
 -- rp_claim_batch looks up the claims its users already hold with one probe
 -- per element on claim (activity_id, user_id, idempotency_key), whatever
--- the statistics say (issue 14).  An activity newer than the last ANALYZE
+-- the statistics say.  An activity newer than the last ANALYZE
 -- is estimated to hold one claim; a custom plan then scanned claim_pkey by
 -- activity_id alone, filtering on the user: every claim of the activity
 -- read for every element.  pg_stat_xact_user_tables counts the claims the

@@ -6,8 +6,10 @@
 -- values, activity_status and rp_activity_info show today's.  Errors of each.
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/helpers.sql
+-- The stripes' balances (/packets), fullest first: which stripe pays a
+-- claim depends on the backend.
 CREATE FUNCTION pg_temp.stripes(aid bigint) RETURNS text LANGUAGE sql AS $$
-SELECT string_agg(balance || coalesce('/' || packets, ''), ' ' ORDER BY stripe)
+SELECT string_agg(balance || coalesce('/' || packets, ''), ' ' ORDER BY balance DESC, packets, stripe)
   FROM redpacket.stripe WHERE activity_id = aid
 $$;
 
@@ -80,31 +82,47 @@ SELECT redpacket.rp_withdraw(:c, 0.90) AS remaining;
 SELECT pg_temp.stripes(:c) AS stripes;
 SELECT pg_temp.claim(:c, 'u' || g) FROM generate_series(1, 11) g;
 SELECT * FROM pg_temp.books(:c);
--- uneven stripes: one has fewer units than packets, the other makes up for it
+-- uneven stripes: one has fewer units than packets, the other makes up for
+-- it (the same money and packets, moved between the stripes as superuser)
 SELECT redpacket.rp_create_activity(1.00, packets => 4, starts_at => '2020-01-01', stripes => 2,
                                     name => 'uneven') AS ue \gset
-SELECT pg_temp.claim(:ue, 'big', 0.49);
+UPDATE redpacket.stripe
+   SET balance = CASE stripe WHEN 0 THEN 98 ELSE 2 END, packets = CASE stripe WHEN 0 THEN 1 ELSE 3 END,
+       dealt = NULL, dealt_units = 0, dealt_count = 0
+ WHERE activity_id = :ue;
 SELECT pg_temp.stripes(:ue) AS stripes;
-SELECT redpacket.rp_withdraw(:ue, 0.48) AS remaining;
+SELECT pg_temp.err(format('SELECT redpacket.rp_withdraw(%s, 0.97)', :ue)) AS below_a_unit_a_packet;
+SELECT redpacket.rp_withdraw(:ue, 0.96) AS remaining;
 SELECT pg_temp.stripes(:ue) AS stripes;
-SELECT pg_temp.claim(:ue, 'u' || g, 0.01) FROM generate_series(1, 4) g;
+SELECT pg_temp.claim(:ue, 'u' || g, 0.01) FROM generate_series(1, 5) g;
 SELECT * FROM pg_temp.books(:ue);
 
--- money dealt ahead to lucky draws is never withdrawn (dealt is included in
--- balance and packets; the amounts here are as a lucky draw deals them)
+-- lucky draws are dealt ahead: amounts drawn for the whole activity and
+-- handed to the stripes (dealt, included in balance and packets; this small
+-- activity is dealt whole at creation).  A top-up adds undealt money and
+-- packets; a withdrawal takes undealt money, leaving the dealt amounts as
+-- they are, and only when that is not enough puts them back into the pool,
+-- to be dealt again by the next lucky draw.
 SELECT redpacket.rp_create_activity(1.00, packets => 4, starts_at => '2020-01-01', stripes => 2,
                                     name => 'dealt') AS d \gset
-UPDATE redpacket.stripe SET dealt = '{30,20}', dealt_units = 50, dealt_count = 2
- WHERE activity_id = :d AND stripe = 0;
--- undealt: 50 units for 2 packets -> at most 0.48
-SELECT pg_temp.err(format('SELECT redpacket.rp_withdraw(%s, 0.49)', :d)) AS into_dealt;
-SELECT redpacket.rp_withdraw(:d, 0.48) AS remaining;
-SELECT stripe, balance, packets, dealt_units, dealt_count, balance - dealt_units AS undealt
-  FROM redpacket.stripe WHERE activity_id = :d ORDER BY stripe;
--- a top-up adds undealt money and packets only
+SELECT sum(dealt_count) AS dealt_packets, sum(dealt_units) AS dealt_units
+  FROM redpacket.stripe WHERE activity_id = :d;
+CREATE TEMP TABLE dealt_before AS
+SELECT stripe, dealt FROM redpacket.stripe WHERE activity_id = :d;
 SELECT redpacket.rp_top_up(:d, 0.10, 2) AS funded;
-SELECT stripe, balance, packets, dealt, dealt_units, dealt_count
-  FROM redpacket.stripe WHERE activity_id = :d ORDER BY stripe;
+SELECT sum(balance - dealt_units) AS undealt, sum(packets - dealt_count) AS undealt_packets
+  FROM redpacket.stripe WHERE activity_id = :d;
+SELECT redpacket.rp_withdraw(:d, 0.08) AS remaining;
+SELECT bool_and(s.dealt = b.dealt) AS dealt_untouched,
+       sum(s.balance - s.dealt_units) AS undealt, sum(s.packets - s.dealt_count) AS undealt_packets
+  FROM redpacket.stripe s JOIN dealt_before b USING (stripe) WHERE s.activity_id = :d;
+SELECT redpacket.rp_withdraw(:d, 0.90) AS remaining;
+SELECT sum(dealt_count) AS dealt_packets, sum(dealt_units) AS dealt_units,
+       sum(balance) AS balance, sum(packets) AS packets
+  FROM redpacket.stripe WHERE activity_id = :d;
+SELECT pg_temp.err(format('SELECT redpacket.rp_withdraw(%s, 0.07)', :d)) AS below_a_unit_a_packet;
+SELECT pg_temp.claim(:d, 'u' || g) FROM generate_series(1, 7) g;
+SELECT claims, remaining, remaining_packets, balanced FROM pg_temp.books(:d);
 
 -- set_window ----------------------------------------------------------------------
 SELECT redpacket.rp_create_activity(5.00, starts_at => '2020-01-01', stripes => 2,

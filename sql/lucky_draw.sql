@@ -1,13 +1,14 @@
 -- Lucky draws (amount NULL): every packet is drawn, each at least one minor
--- unit and at most twice the mean remaining per packet of its stripe, never
--- so much that a later packet could get less than one unit; all packets sum
--- to the total exactly; after the last packet, exhausted.
+-- unit and at most twice the mean remaining per packet of the whole
+-- activity, whatever its stripe count, never so much that a later packet
+-- could get less than one unit; all packets sum to the total exactly; after
+-- the last packet, exhausted.
 \getenv abs_srcdir PG_ABS_SRCDIR
 \i :abs_srcdir/sql/include/helpers.sql
 
 -- Fund an activity with packets, draw every packet, then try once more, and
--- check the draws.  Per stripe, claims in claim id order replay the draws:
--- before the k-th draw of a stripe holding B units in P packets, R = B minus
+-- check the draws, replayed in the order they were drawn (pg_temp.draws):
+-- before the k-th draw of an activity of B units in P packets, R = B minus
 -- what was drawn before it and P - k packets remain.
 CREATE FUNCTION pg_temp.lucky(total numeric, npackets integer, nstripes integer, nscale integer DEFAULT 2)
 RETURNS TABLE (stripes_ok boolean, drawn bigint, not_claimed bigint, after_last text,
@@ -29,25 +30,13 @@ BEGIN
       FROM redpacket.rp_claim(aid, 'late-1', NULL) r1,
            redpacket.rp_claim(aid, 'late-2', 1 / unit) r2,
            redpacket.rp_claim(aid, 'user-1', NULL) r3;
-    WITH d AS (
-        SELECT cl.amount * unit AS u,
-               sum(cl.amount * unit) OVER s AS b,
-               count(*) OVER s AS p,
-               coalesce(sum(cl.amount * unit) OVER before, 0) AS taken,
-               row_number() OVER ordered - 1 AS k
-        FROM redpacket.claim cl
-        WHERE cl.activity_id = aid
-        WINDOW s AS (PARTITION BY cl.stripe),
-               ordered AS (PARTITION BY cl.stripe ORDER BY cl.claim_id),
-               before AS (PARTITION BY cl.stripe ORDER BY cl.claim_id
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
     SELECT sum(d.u) = total * unit,
            min(d.u) >= 1,
            bool_and(d.u = trunc(d.u)),
-           bool_and(d.u <= 2 * (d.b - d.taken) / (d.p - d.k)),
-           bool_and(d.u <= (d.b - d.taken) - (d.p - d.k - 1))
+           bool_and(d.u * d.p <= 2 * d.r),
+           bool_and(d.u <= d.r - (d.p - 1))
       INTO sum_exact, min_one_unit, whole_units, within_double_mean, leaves_a_unit_each
-      FROM d;
+      FROM pg_temp.draws(aid) d;
     stripes_empty := (SELECT bool_and(s.balance = 0 AND s.packets = 0)
                       FROM redpacket.stripe s WHERE s.activity_id = aid);
     balanced := (SELECT coalesce(sum(cl.amount), 0) = total FROM redpacket.claim cl WHERE cl.activity_id = aid)

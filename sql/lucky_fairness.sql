@@ -1,16 +1,21 @@
 -- Lucky-draw fairness (rp_claim with amount NULL: the double-mean method).
 --
--- SPEC: each draw is at least one minor unit and at most twice the mean
--- remaining per packet of its stripe, never so large that a remaining packet
--- could get less than one unit; the last packet takes the exact remainder, so
--- all packets sum to the total exactly.  An activity gets
--- n = min(stripes, packets, total units) stripes; stripe i holds total/n units
--- plus one if i < total%n, and packets/n packets plus one if i < packets%n.
--- A draw stays within one stripe (claim.stripe); claim ids grow in draw order
--- within a stripe, so replaying a stripe's claims in claim id order gives,
--- before each draw, the stripe's remaining units R and packets P.
+-- Each draw is at least one minor unit and at most twice the mean remaining
+-- per packet of the whole activity, whatever its stripe count, never so
+-- large that a remaining packet could get less than one unit; the last
+-- packet takes the exact remainder, so all packets sum to the total exactly.
+-- An activity made with stripes => s gets n = min(s, packets, total units)
+-- stripes; stripe i holds total/n units plus one if i < total%n, and
+-- packets/n packets plus one if i < packets%n.  With more than one stripe
+-- the amounts are drawn for the whole activity and dealt to the stripes in
+-- blocks, and pg_temp.draws (sql/include/helpers.sql) puts the claims back
+-- in the order their amounts were drawn, with the activity's remaining units
+-- R and packets P before each draw.
 --
 -- Only booleans, counts and constants are printed, never a random amount.
+
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 
 -- Part 1: exact sums and bounds ---------------------------------------------
 
@@ -40,11 +45,12 @@ BEGIN
     INSERT INTO start_stripe
     SELECT s.activity_id, s.stripe, s.balance, s.packets
       FROM redpacket.stripe s WHERE s.activity_id = aid;
+    -- one stripe: the whole budget; more: every stripe's dealt amounts and
+    -- its share of the rest, together exactly the budget
     split_even := (SELECT count(*) = n
                           AND bool_and(s.stripe BETWEEN 0 AND n - 1)
-                          AND bool_and(s.balance = tu / n + CASE WHEN s.stripe < tu % n THEN 1 ELSE 0 END)
-                          AND bool_and(s.packets = npackets / n + CASE WHEN s.stripe < npackets % n THEN 1 ELSE 0 END)
-                          AND bool_and(s.balance >= s.packets AND s.packets >= 1)
+                          AND sum(s.balance) = tu AND sum(s.packets) = npackets
+                          AND bool_and(s.balance >= s.packets)
                      FROM start_stripe s WHERE s.activity_id = aid);
     IF batch THEN
         drawn := (SELECT count(*) FILTER (WHERE b.status = 'claimed')
@@ -56,26 +62,14 @@ BEGIN
                     CROSS JOIN LATERAL redpacket.rp_claim(aid, 'user-' || g, NULL) r);
     END IF;
     next := (SELECT r.status::text FROM redpacket.rp_claim(aid, 'late', NULL) r);
-    -- Before the k-th draw (k from 0) of a stripe funded with B units in
-    -- P0 packets: R = B - (drawn before it) units, P = P0 - k packets.
-    WITH c AS (
-        SELECT cl.stripe, cl.amount * unit AS u,
-               row_number() OVER w - 1 AS k,
-               coalesce(sum(cl.amount * unit) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
-                                                    AND 1 PRECEDING), 0) AS taken
-          FROM redpacket.claim cl
-         WHERE cl.activity_id = aid
-        WINDOW w AS (PARTITION BY cl.stripe ORDER BY cl.claim_id)),
-    d AS (
-        SELECT c.u, s.balance - c.taken AS r, s.packets - c.k AS p
-          FROM c LEFT JOIN start_stripe s ON s.activity_id = aid AND s.stripe = c.stripe)
+    WITH d AS (SELECT * FROM pg_temp.draws(aid))
     SELECT sum(d.u) = tu AND count(*) = npackets,
            bool_and(d.u = trunc(d.u)),
            bool_and(d.u >= 1),
            bool_and(coalesce(d.p >= 1 AND d.u * d.p <= 2 * d.r, false)),
            bool_and(coalesce(d.r - d.u >= d.p - 1, false)),
            coalesce(bool_and(d.u = d.r) FILTER (WHERE d.p = 1), false)
-               AND count(*) FILTER (WHERE d.p = 1) = n
+               AND count(*) FILTER (WHERE d.p = 1) = 1
       INTO sum_exact, whole_units, min_one_unit, within_2x_mean, leaves_unit_each,
            last_takes_rest
       FROM d;

@@ -49,6 +49,24 @@ ROWS 100;
 ALTER TABLE redpacket.activity ADD COLUMN revision bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.activity.revision IS
     'Bumped by every change of the schedule or the packet cap; the stripes carry the same number.';
+ALTER TABLE redpacket.activity ADD COLUMN restricted boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN redpacket.activity.restricted IS
+    'Only users on the activity''s list (redpacket.eligible) may claim; others get not_eligible.';
+CREATE TABLE redpacket.eligible (
+    activity_id bigint NOT NULL,
+    user_id     text COLLATE "C" NOT NULL,
+    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    added_by    name NOT NULL DEFAULT pg_catalog.session_user(),
+    PRIMARY KEY (activity_id, user_id)
+);
+COMMENT ON TABLE redpacket.eligible IS
+    'The users who may claim from a restricted activity (rp_allow, rp_disallow). Removing a user never touches a claim already made.';
+COMMENT ON COLUMN redpacket.eligible.activity_id IS 'The restricted activity.';
+COMMENT ON COLUMN redpacket.eligible.user_id IS 'A user who may claim (compared byte-wise, as claim.user_id).';
+COMMENT ON COLUMN redpacket.eligible.added_at IS 'When the user was added.';
+COMMENT ON COLUMN redpacket.eligible.added_by IS 'Session user who added the user.';
+REVOKE ALL ON redpacket.eligible FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('redpacket.eligible', '');
 ALTER TABLE redpacket.stripe
     ADD COLUMN revision bigint NOT NULL DEFAULT 0,
     ADD COLUMN dealt bigint[],
@@ -196,29 +214,33 @@ END;
 COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
     'Grants an operator role USAGE on the schema and what redpacket.role_grant lists for operator: the admin functions, reconciliation, the counters and SELECT on the tables and views.';
 
+-- Best luck (手气最佳) of an activity: its largest claim, the earliest of
+-- them on a tie, and whether it can still change.
+CREATE FUNCTION redpacket.rp_best_luck(activity bigint)
+RETURNS TABLE (claim_id bigint, user_id text, amount numeric, claimed_at timestamptz,
+               final boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.claim_id, c.user_id, c.amount, c.claimed_at,
+           (a.closed_at IS NOT NULL
+            OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+            OR NOT EXISTS (SELECT 1 FROM redpacket.stripe s
+                            WHERE s.activity_id OPERATOR(pg_catalog.=) a.id
+                              AND s.balance OPERATOR(pg_catalog.>) 0
+                              AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0)))
+      FROM redpacket.claim c
+      JOIN redpacket.activity a ON a.id OPERATOR(pg_catalog.=) c.activity_id
+     WHERE c.activity_id OPERATOR(pg_catalog.=) $1
+     ORDER BY c.amount DESC, c.claim_id
+     LIMIT 1
+$$;
+COMMENT ON FUNCTION redpacket.rp_best_luck(bigint) IS
+    'Best luck (手气最佳): the activity''s largest claim (the earliest of them on a tie), and final: true once the activity has ended or closed or has no money or packet left (a later top-up can make it false again). No row before the first claim. Reads every claim of the activity.';
+REVOKE ALL ON FUNCTION redpacket.rp_best_luck(bigint) FROM PUBLIC;
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)');
+
 -- [campaign] Eligibility lists, live changes and their record -----------------
-
--- Eligibility lists: a restricted activity pays only the users on its list
--- (anyone else gets not_eligible); a one-user list is an exclusive packet.
-ALTER TABLE redpacket.activity ADD COLUMN restricted boolean NOT NULL DEFAULT false;
-COMMENT ON COLUMN redpacket.activity.restricted IS
-    'True when only the users listed in redpacket.eligible may claim (rp_allow, rp_disallow); set at creation.';
-
-CREATE TABLE redpacket.eligible (
-    activity_id bigint NOT NULL,
-    user_id     text COLLATE "C" NOT NULL,
-    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    added_by    name NOT NULL DEFAULT pg_catalog.session_user(),
-    PRIMARY KEY (activity_id, user_id)
-);
-COMMENT ON TABLE redpacket.eligible IS
-    'The users who may claim from a restricted activity, one row each. Written only by rp_allow and rp_disallow; removing a user never touches a claim already made.';
-COMMENT ON COLUMN redpacket.eligible.activity_id IS 'The restricted activity.';
-COMMENT ON COLUMN redpacket.eligible.user_id IS 'A user who may claim from it (compared byte-wise, as claim.user_id).';
-COMMENT ON COLUMN redpacket.eligible.added_at IS 'When rp_allow listed the user (its transaction''s start).';
-COMMENT ON COLUMN redpacket.eligible.added_by IS 'Session user who listed the user.';
-REVOKE ALL ON redpacket.eligible FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('redpacket.eligible', '');
 
 -- rp_create_activity and rp_activity_info gain an argument: new functions
 -- replace the 1.3 ones, with the EXECUTE grants of the old ones (below).
@@ -442,3 +464,171 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
 -- [ops] Operating -------------------------------------------------------------
 
 -- [citus] Scale-out -----------------------------------------------------------
+-- 1.4: redpacket.activity_change is keyed by activity like the other tables
+-- (distributed with them; its sequence confined to the node's range like
+-- theirs).  On a cluster distributed under 1.3, call rp_distribute() again
+-- on the coordinator after the update: it distributes what is not yet.
+CREATE OR REPLACE FUNCTION redpacket.rp_node_sequences() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    grp  bigint;
+    seq  text;
+    top  bigint;
+    last bigint;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            HINT = 'Run CREATE EXTENSION citus on every node first.';
+    END IF;
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp IS NULL OR grp OPERATOR(pg_catalog.<) 0 OR grp OPERATOR(pg_catalog.>) 32766 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('this node has no usable Citus group id (%s)', grp),
+            HINT = 'Add the node to the cluster with citus_add_node() on the coordinator first.';
+    END IF;
+    -- Node group g hands out ids in [g * 2^48 + 1, (g + 1) * 2^48 - 1].
+    top := ((grp OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.<<) 48) OPERATOR(pg_catalog.-) 1;
+    FOREACH seq IN ARRAY ARRAY['activity_id_seq', 'claim_id_seq', 'ledger_entry_id_seq',
+                               'reconciliation_pass_id_seq', 'activity_change_id_seq'] LOOP
+        last := GREATEST(
+            pg_catalog.pg_sequence_last_value(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass),
+            grp OPERATOR(pg_catalog.<<) 48);
+        IF last OPERATOR(pg_catalog.>=) top THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'sequence_generator_limit_exceeded',
+                MESSAGE = pg_catalog.format('sequence redpacket.%I is beyond the range of node group %s', seq, grp);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER SEQUENCE redpacket.%I MAXVALUE %s', seq, top);
+        -- setval, not RESTART: the sequence then reports its last value, which
+        -- the reconciler's completeness check compares ids against.
+        IF last OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.setval(pg_catalog.format('redpacket.%I', seq)::pg_catalog.regclass, last, true);
+        END IF;
+    END LOOP;
+END;
+$$;
+CREATE OR REPLACE FUNCTION redpacket.rp_distribute(shard_count integer DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t      record;
+    f      text;
+    r      record;
+    mine   text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'citus is not installed in this database',
+            DETAIL = 'rp_distribute() distributes redpacket''s tables with Citus.',
+            HINT = 'Preload citus before redpacket on every node, CREATE EXTENSION citus, add the workers, then call rp_distribute() on the coordinator.';
+    END IF;
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'rp_distribute() must run on the Citus coordinator',
+            HINT = 'Connect to the coordinator, or call citus_set_coordinator_host() there first.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_node n
+                    WHERE n.groupid OPERATOR(pg_catalog.<>) 0 AND n.isactive) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'the Citus cluster has no worker node',
+            HINT = 'Add the workers with citus_add_node() first.';
+    END IF;
+    -- Every worker must have the same redpacket (its functions run there).
+    SELECT e.extversion INTO mine FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'redpacket';
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 $q$SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'redpacket'$q$) LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM mine THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('worker %s:%s does not have redpacket %s', r.nodename, r.nodeport, mine),
+                DETAIL = pg_catalog.format('It answered: %s.', COALESCE(NULLIF(r.result, ''), 'not installed')),
+                HINT = 'Install the same redpacket on every node (shared_preload_libraries = ''citus,redpacket'', CREATE EXTENSION redpacket), then retry.';
+        END IF;
+    END LOOP;
+
+    -- No reconciliation pass (worker or rp_reconcile) may run while the tables
+    -- move: it would read half-moved data.  These locks make every pass on
+    -- this node wait until this transaction commits (create_distributed_table
+    -- takes them too, but one at a time; here all of them come first, in one
+    -- order).  The workers' passes: see the end.
+    LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
+               redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
+               redpacket.eligible
+          IN ACCESS EXCLUSIVE MODE;
+
+    PERFORM pg_catalog.set_config('citus.shard_replication_factor', '1', true);
+    -- The append-only triggers must hold on every shard.
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    IF shard_count IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.shard_count', shard_count::text, true);
+    END IF;
+
+    -- Every table is keyed by activity first; all colocated with activity, so
+    -- one activity's rows sit on one node.  No reference table: nothing is
+    -- shared between activities.
+    FOR t IN SELECT * FROM (VALUES (1, 'redpacket.activity', 'id'),
+                                   (2, 'redpacket.stripe', 'activity_id'),
+                                   (3, 'redpacket.claim', 'activity_id'),
+                                   (4, 'redpacket.ledger', 'activity_id'),
+                                   (5, 'redpacket.reconcile_state', 'activity_id'),
+                                   (6, 'redpacket.reconciliation', 'activity_id'),
+                                   (7, 'redpacket.activity_change', 'activity_id'),
+                                   (8, 'redpacket.eligible', 'activity_id')) v(n, rel, col)
+             ORDER BY n LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                               WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.create_distributed_table(t.rel::pg_catalog.regclass, t.col,
+            colocate_with => CASE WHEN t.n OPERATOR(pg_catalog.=) 1 THEN 'none' ELSE 'redpacket.activity' END);
+        -- The rows now live in the shards; drop the invisible local copy
+        -- (the append-only guard must not fire for that: replica role).
+        PERFORM pg_catalog.set_config('session_replication_role', 'replica', true);
+        PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.rel::pg_catalog.regclass);
+        PERFORM pg_catalog.set_config('session_replication_role', 'origin', true);
+    END LOOP;
+
+    -- Every function that takes our locks runs on the node holding the
+    -- activity, also inside an explicit transaction (force_delegation).
+    FOREACH f IN ARRAY ARRAY['redpacket.rp_claim(bigint, text, numeric, text)',
+                             'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])',
+                             'redpacket.rp_close_activity(bigint)',
+                             'redpacket.rp_freeze(bigint, text)',
+                             'redpacket.rp_unfreeze(bigint)'] LOOP
+        PERFORM pg_catalog.create_distributed_function(f::pg_catalog.regprocedure, distribution_arg_name => 'activity',
+            colocate_with => 'redpacket.activity', force_delegation => true);
+    END LOOP;
+    -- rp_reconcile(NULL) lists every activity: forced delegation would refuse
+    -- that query, so it is delegated only when called on its own.
+    PERFORM pg_catalog.create_distributed_function('redpacket.rp_reconcile(bigint, boolean)'::pg_catalog.regprocedure,
+        distribution_arg_name => 'activity', colocate_with => 'redpacket.activity');
+
+    -- Disjoint id ranges per node.
+    PERFORM redpacket.rp_node_sequences();
+    FOR r IN SELECT * FROM pg_catalog.run_command_on_workers(
+                 'SELECT redpacket.rp_node_sequences()') LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = pg_catalog.format('could not set the sequences of worker %s:%s', r.nodename, r.nodeport),
+                DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- The lock above holds this node's passes only.  A worker's own pass
+    -- reads its copy of the tables, which Citus turns into distributed
+    -- tables when this transaction commits there: a pass planning its query
+    -- at that moment sees them change under it and fails.  The tables are
+    -- distributed now, so the same LOCK goes to every worker, inside this
+    -- transaction: their passes wait until the commit, or it waits for them.
+    LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
+               redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
+               redpacket.eligible
+          IN ACCESS EXCLUSIVE MODE;
+END;
+$$;

@@ -17,45 +17,15 @@
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 
 #include "change.h"
-#include "redpacket.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_create_activity);
 PG_FUNCTION_INFO_V1(rp_close_activity);
 PG_FUNCTION_INFO_V1(rp_freeze);
 PG_FUNCTION_INFO_V1(rp_unfreeze);
-
-#define RP_SQL_ACTIVITY_COLUMNS \
-	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit," \
-	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL"
-
-static RpPlan fetch_activity = {
-	RP_SQL_ACTIVITY_COLUMNS
-	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
-};
-
-/* 1.4: and whether the activity is restricted to its eligibility list */
-static RpPlan fetch_activity_14 = {
-	RP_SQL_ACTIVITY_COLUMNS ", a.restricted AS restricted"
-	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
-};
-
-/*
- * 1.4, for the live changes (livechange.c), which hold every stripe lock:
- * the row as it is now, locked against the others (under REPEATABLE READ a
- * change committed after the snapshot is a serialization failure).
- */
-static RpPlan lock_activity = {
-	RP_SQL_ACTIVITY_COLUMNS ", a.restricted AS restricted"
-	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
-	1, {INT8OID}
-};
 
 static RpPlan insert_activity = {
 	"INSERT INTO redpacket.activity"
@@ -72,28 +42,17 @@ static RpPlan insert_activity_14 = {
 	BOOLOID}
 };
 
-/* Budget and packets spread evenly; the first stripes take the remainders. */
-static RpPlan insert_stripes = {
-	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
-	" SELECT $1, g, ($2 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"               CASE WHEN g OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END,"
-	"        (($3 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"         CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END)::pg_catalog.int4"
-	"   FROM pg_catalog.generate_series(0, $4 OPERATOR(pg_catalog.-) 1) g",
-	4, {INT8OID, INT8OID, INT8OID, INT4OID}
+/* 1.4: the entry says how many packets it adds to the cap (NULL: none) */
+static RpPlan insert_ledger_14 = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
+	" VALUES ($1, $2, $3, $4, $5)",
+	5, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
 };
 
 static RpPlan insert_ledger = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
 	" VALUES ($1, $2, $3, $4)",
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
-};
-
-/* 1.4: the packets an entry adds to the cap (NULL: none) */
-static RpPlan insert_ledger_14 = {
-	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
-	" VALUES ($1, $2, $3, $4, $5)",
-	5, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
 };
 
 /*
@@ -193,135 +152,6 @@ static RpPlan set_frozen = {
 	" WHERE id OPERATOR(pg_catalog.=) $1",
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
-
-/*
- * Read columns 1-9 of row 0 of the last SPI result, laid out as in
- * fetch_activity, into *act; restricted from a column of that name, when
- * the result has one (false otherwise).
- */
-void
-RpActivityFromRow(int64 id, RpActivity *act)
-{
-	bool		isnull;
-	Datum		d;
-	int			restricted = SPI_fnumber(SPI_tuptable->tupdesc, "restricted");
-
-	act->id = id;
-	act->scale = DatumGetInt32(RpGetDatum(0, 3, &isnull));
-	d = RpGetDatum(0, 2, &isnull);
-	act->packets = isnull ? 0 : DatumGetInt32(d);
-	act->stripes = DatumGetInt32(RpGetDatum(0, 4, &isnull));
-	act->per_user_limit = DatumGetInt32(RpGetDatum(0, 5, &isnull));
-	act->starts_at = DatumGetTimestampTz(RpGetDatum(0, 6, &isnull));
-	d = RpGetDatum(0, 7, &isnull);
-	act->ends_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
-	act->closed = DatumGetBool(RpGetDatum(0, 8, &isnull));
-	act->frozen = DatumGetBool(RpGetDatum(0, 9, &isnull));
-	act->restricted = restricted > 0 && DatumGetBool(RpGetDatum(0, restricted, &isnull));
-}
-
-bool
-RpFetchActivity(int64 id, RpActivity *act, bool missing_ok)
-{
-	Datum		value = Int64GetDatum(id);
-	RpPlan	   *plan = RpCatalogVersion() >= RP_CATALOG_1_4 ? &fetch_activity_14 : &fetch_activity;
-
-	if (RpExec(plan, &value, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read activity " INT64_FORMAT, id);
-	if (SPI_processed == 0)
-	{
-		if (missing_ok)
-			return false;
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("activity " INT64_FORMAT " does not exist", id)));
-	}
-	RpActivityFromRow(id, act);
-	return true;
-}
-
-/* The activity's row, locked (lock_activity); it must exist. */
-void
-RpLockActivityRow(int64 id, RpActivity *act)
-{
-	Datum		value = Int64GetDatum(id);
-
-	if (RpExec(&lock_activity, &value, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not lock activity " INT64_FORMAT, id);
-	RpActivityFromRow(id, act);
-}
-
-/*
- * Backend-local cache of what never changes after creation: scale, stripes,
- * packets (whether there is a cap), restriction and per-user limit; and the
- * schedule, which only rp_set_window moves, bumping the revision of the
- * activity and of its stripes for the claim paths to see.  It lets the
- * fast claim path skip reading the activity row; frozen and closed are not
- * cached (the claim statement checks them).  Any relcache invalidation of
- * redpacket.activity (ALTER, DROP EXTENSION, ...) empties it.
- */
-#define RP_META_CACHE_MAX 4096
-
-typedef struct RpMetaEntry
-{
-	int64		id;				/* hash key */
-	RpActivity	act;
-} RpMetaEntry;
-
-static HTAB *meta_cache = NULL;
-static Oid	meta_relid = InvalidOid;
-static bool meta_stale = false;
-static bool meta_callback_registered = false;
-
-static void
-MetaInvalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == meta_relid)
-		meta_stale = true;
-}
-
-bool
-RpActivityMeta(int64 id, RpActivity *act)
-{
-	RpMetaEntry *entry;
-	bool		found;
-
-	if (!meta_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(MetaInvalidate, (Datum) 0);
-		meta_callback_registered = true;
-	}
-	if (meta_cache != NULL && (meta_stale || hash_get_num_entries(meta_cache) >= RP_META_CACHE_MAX))
-	{
-		hash_destroy(meta_cache);
-		meta_cache = NULL;
-	}
-	if (meta_cache == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(int64);
-		ctl.entrysize = sizeof(RpMetaEntry);
-		meta_cache = hash_create("redpacket activity metadata", 256, &ctl,
-								 HASH_ELEM | HASH_BLOBS);
-		meta_relid = get_relname_relid("activity", get_namespace_oid("redpacket", false));
-		meta_stale = false;
-	}
-
-	entry = hash_search(meta_cache, &id, HASH_FIND, NULL);
-	if (entry == NULL)
-	{
-		RpActivity	fresh;
-
-		if (!RpFetchActivity(id, &fresh, true))
-			return false;
-		fresh.closed = fresh.frozen = false;
-		entry = hash_search(meta_cache, &id, HASH_ENTER, &found);
-		entry->act = fresh;
-	}
-	*act = entry->act;
-	return true;
-}
 
 /*
  * Settlement and freezing act only on an activity whose stripe rows are all
@@ -517,11 +347,7 @@ rp_create_activity(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ends_at must be after starts_at")));
 
-	/* A stripe with no money or no packet could never pay anything. */
-	if (packets > 0 && stripes > packets)
-		stripes = packets;
-	if (stripes > total_units)
-		stripes = (int32) total_units;
+	stripes = RpStripesFor(!PG_ARGISNULL(4), stripes, total_units, packets);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -543,15 +369,8 @@ rp_create_activity(PG_FUNCTION_ARGS)
 		elog(ERROR, "could not insert activity");
 	id = RpGetInt64(0, 1, 0);
 
-	memset(nulls, ' ', sizeof(nulls));
+	RpCreateStripes(id, total_units, packets, stripes);
 	values[0] = Int64GetDatum(id);
-	values[1] = Int64GetDatum(total_units);
-	values[2] = Int64GetDatum(packets);
-	values[3] = Int32GetDatum(stripes);
-	nulls[2] = packets > 0 ? ' ' : 'n';
-	if (RpExec(&insert_stripes, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert stripes");
-
 	RpInsertLedger(id, "fund", total_units, scale, packets, "funded");
 	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert reconciliation state");

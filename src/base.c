@@ -15,6 +15,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 
 #include "redpacket.h"
 
@@ -112,7 +113,7 @@ Prepare(const RpPlan *p, int cursor_options)
  * The plan of a statement.  A generic one (p->generic) never depends on
  * the parameters: a per-call plan for an activity newer than claim's
  * statistics, estimated to hold one claim, scanned claim_pkey by
- * activity_id alone and read every claim of the activity (issue 14).  On a
+ * activity_id alone and read every claim of the activity.  On a
  * Citus cluster (distributed, the caller knows) the same statement is
  * planned per call instead: Citus routes it by the value of the
  * distribution column, which a generic plan lacks ("could not create
@@ -172,6 +173,36 @@ RpGetInt64(int row, int col, int64 if_null)
 	Datum		d = RpGetDatum(row, col, &isnull);
 
 	return isnull ? if_null : DatumGetInt64(d);
+}
+
+/*
+ * Every cache of ours that follows relcache invalidations registers its
+ * function here, and the library takes one of PostgreSQL's ten relcache
+ * callback slots for all of them: they are shared by every module of the
+ * backend (Citus takes five, the plan and type caches one each), and four
+ * of our own made the next one fail with "out of relcache_callback_list
+ * slots" on a Citus node.
+ */
+#define RP_RELCACHE_FUNCTIONS 8
+
+static RelcacheCallbackFunction relcache_functions[RP_RELCACHE_FUNCTIONS];
+static int	relcache_nfunctions = 0;
+
+static void
+RelcacheDispatch(Datum arg, Oid relid)
+{
+	for (int i = 0; i < relcache_nfunctions; i++)
+		relcache_functions[i] (arg, relid);
+}
+
+void
+RpOnRelcacheInvalidation(RelcacheCallbackFunction fn)
+{
+	if (relcache_nfunctions >= RP_RELCACHE_FUNCTIONS)
+		elog(ERROR, "too many redpacket relcache callbacks");
+	if (relcache_nfunctions == 0)
+		CacheRegisterRelcacheCallback(RelcacheDispatch, (Datum) 0);
+	relcache_functions[relcache_nfunctions++] = fn;
 }
 
 static RpPlan catalog_version = {

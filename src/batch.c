@@ -3,17 +3,18 @@
  *		rp_claim_batch: many claims on one activity in one call, with the same
  *		outcome, element by element, as calling rp_claim for each in array
  *		order.  Under READ COMMITTED it works set-wise: every element is
- *		validated before anything is locked or written, the users' locks are
- *		taken in hash order (so two batches never deadlock on them), one query
- *		finds the claims already held, the stripes are locked once for the whole
- *		batch, the elements are decided in memory in array order, and then one
- *		UPDATE decrements every stripe touched and one INSERT adds every claim.
- *		If the stripes first locked cannot pay an element, the decision is
- *		redone with every stripe locked, so no element is falsely exhausted.
- *		The user locks, once taken, are kept while the batch waits for
- *		stripes (at most twice a call; the argument is in locks.c).
- *		Under REPEATABLE READ or SERIALIZABLE each element takes the
- *		single-claim path.
+ *		checked and resolved (rules.c) before anything is locked or written,
+ *		the users' locks are taken in hash order (so two batches never
+ *		deadlock on them), one query finds the claims already held (and the
+ *		users on a restricted activity's list), the stripes are locked once
+ *		for the whole batch (a stripe set, stripe.c), the elements are decided
+ *		in array order with the claim rules and the allocator, and the
+ *		stripes and the claims are written in one go.  If the stripes first
+ *		locked cannot pay an element, the decision is redone with every
+ *		stripe locked, so no element is falsely exhausted.  The user locks,
+ *		once taken, are kept while the batch waits for stripes (at most twice
+ *		a call; the argument is in locks.c).  Under REPEATABLE READ or
+ *		SERIALIZABLE each element takes the single-claim path.
  */
 #include "postgres.h"
 
@@ -21,54 +22,42 @@
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
-#include "redpacket.h"
+#include "claim.h"
+#include "locks.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_claim_batch);
 PG_FUNCTION_INFO_V1(rp_claim_batch_v14);
 
 typedef struct BatchElem
 {
-	text	   *user;
-	text	   *request;		/* may be NULL */
-	text	   *key;			/* idempotency key */
-	int64		units;			/* fixed amount; 0 for a lucky draw */
-	int64		asked;			/* units as asked: 0 for a lucky draw */
-	uint32		user_hash;
+	RpClaimRequest req;
 	int			key_root;		/* first element with the same key */
 	int			user_root;		/* first element with the same user */
 	int64		held;			/* claims the user held before the batch */
+	bool		eligible;		/* on a restricted activity's list */
 	bool		existing;		/* out.* holds the claim held before the batch */
 	int			dup_of;			/* element of this batch whose claim it repeats */
+	int			paid_by;		/* the stripe that counts its claim */
 	RpOutcome	out;
 } BatchElem;
 
-typedef struct BatchStripes
-{
-	int			n;
-	bool		all;			/* every stripe of the activity is locked */
-	bool	   *locked;			/* locked by this batch */
-	bool	   *halted;
-	int64	   *balance;
-	int64	   *packets;
-	int64	   *avail_units;	/* balance less what is decided */
-	int64	   *avail_packets;
-	int64	   *plan_take;		/* the allocator's answer for one element */
-	int64	   *take_units;		/* decided decrements */
-	int64	   *take_packets;
-	int64	   *take_claims;
-} BatchStripes;
-
 /*
  * One index probe per element: the LIMIT keeps the planner from turning
- * this into a join that reads the activity's whole claim history.  Both
+ * this into a join that reads the activity's whole claim history.  These
  * are generic plans off Citus (RpPreparedOn): with a per-call plan each new
  * backend's first five calls read every claim of a new activity for every
- * element, which under 256 new callers was the batch collapse of issue 14.
+ * element.
  */
+enum
+{
+	EX_ORD = 1, EX_CLAIM_ID, EX_AMOUNT, EX_CLAIMED_AT
+};
 static RpPlan existing_claims = {
 	"SELECT k.ord, c.claim_id, c.amount, c.claimed_at"
 	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),"
@@ -82,6 +71,10 @@ static RpPlan existing_claims = {
 	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, true
 };
 
+enum
+{
+	HC_ORD = 1, HC_COUNT
+};
 static RpPlan held_counts = {
 	"SELECT k.ord, (SELECT pg_catalog.count(*) FROM redpacket.claim c"
 	"                WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
@@ -90,27 +83,22 @@ static RpPlan held_counts = {
 	2, {INT8OID, TEXTARRAYOID}, NULL, true
 };
 
-static RpPlan read_stripes = {
-	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted"
-	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
-	"   AND s.stripe OPERATOR(pg_catalog.=) ANY ($2)",
-	2, {INT8OID, INT4ARRAYOID}
+enum
+{
+	EL_ORD = 1
+};
+static RpPlan listed_users = {
+	"SELECT k.ord FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)"
+	" WHERE EXISTS (SELECT 1 FROM redpacket.eligible e"
+	"                WHERE e.activity_id OPERATOR(pg_catalog.=) $1"
+	"                  AND e.user_id OPERATOR(pg_catalog.=) k.user_id)",
+	2, {INT8OID, TEXTARRAYOID}, NULL, true
 };
 
-static RpPlan debit_stripes = {
-	"UPDATE redpacket.stripe s"
-	"   SET balance = s.balance OPERATOR(pg_catalog.-) d.units,"
-	"       packets = s.packets OPERATOR(pg_catalog.-) d.packets,"
-	"       claims = s.claims OPERATOR(pg_catalog.+) d.claims"
-	"  FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int4[]),"
-	"                  pg_catalog.unnest($3::pg_catalog.int8[]),"
-	"                  pg_catalog.unnest($4::pg_catalog.int4[]),"
-	"                  pg_catalog.unnest($5::pg_catalog.int8[]))"
-	"       AS d(stripe, units, packets, claims)"
-	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) d.stripe",
-	5, {INT8OID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
+enum
+{
+	IC_CLAIM_ID = 1, IC_CLAIMED_AT
 };
-
 static RpPlan insert_claims = {
 	"INSERT INTO redpacket.claim"
 	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
@@ -145,25 +133,27 @@ FindRoots(BatchElem *e, int n, bool with_key)
 
 	for (int i = 0; i < n; i++)
 	{
-		uint64		h = e[i].user_hash;
+		RpClaimRequest *r = &e[i].req;
+		uint64		h = r->user_hash;
 		bool		found;
 		char	   *entry;
 		int			root = i;
 
 		if (with_key)
-			h = hash_combine64(h, hash_bytes_extended((const unsigned char *) VARDATA_ANY(e[i].key),
-													  VARSIZE_ANY_EXHDR(e[i].key), 0));
+			h = hash_combine64(h, hash_bytes_extended((const unsigned char *) VARDATA_ANY(r->key),
+													  VARSIZE_ANY_EXHDR(r->key), 0));
 		entry = hash_search(seen, &h, HASH_ENTER, &found);
 		if (found)
 		{
 			int			first = *(int *) (entry + sizeof(uint64));
 
-			if (TextEq(e[first].user, e[i].user) &&
-				(!with_key || TextEq(e[first].key, e[i].key)))
+			if (TextEq(e[first].req.user_id, r->user_id) &&
+				(!with_key || TextEq(e[first].req.key, r->key)))
 				root = first;
 			else
 				for (int j = 0; j < i; j++)
-					if (TextEq(e[j].user, e[i].user) && (!with_key || TextEq(e[j].key, e[i].key)))
+					if (TextEq(e[j].req.user_id, r->user_id) &&
+						(!with_key || TextEq(e[j].req.key, r->key)))
 					{
 						root = (with_key ? e[j].key_root : e[j].user_root);
 						break;
@@ -179,11 +169,16 @@ FindRoots(BatchElem *e, int n, bool with_key)
 	hash_destroy(seen);
 }
 
-static Datum
-TextArray(BatchElem *e, int n, int which, const bool *include)
+typedef enum BatchText
 {
-	Datum	   *d = palloc(sizeof(Datum) * n);
-	bool	   *nulls = palloc(sizeof(bool) * n);
+	BT_USER, BT_REQUEST, BT_KEY
+} BatchText;
+
+static Datum
+TextArray(BatchElem *e, int n, BatchText which, const bool *include)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
 	int			m = 0;
 	int			dims[1];
 	int			lbs[1] = {1};
@@ -194,7 +189,8 @@ TextArray(BatchElem *e, int n, int which, const bool *include)
 
 		if (include && !include[i])
 			continue;
-		t = which == 0 ? e[i].user : which == 1 ? e[i].request : e[i].key;
+		t = which == BT_USER ? e[i].req.user_id : which == BT_REQUEST ? e[i].req.request_id
+			: e[i].req.key;
 		d[m] = PointerGetDatum(t);
 		nulls[m] = (t == NULL);
 		m++;
@@ -214,205 +210,12 @@ Int4Array(const int32 *v, int m)
 	return PointerGetDatum(construct_array(d, m, INT4OID, 4, true, TYPALIGN_INT));
 }
 
-static Datum
-Int8Array(const int64 *v, int m)
-{
-	Datum	   *d = palloc(sizeof(Datum) * Max(m, 1));
-
-	for (int i = 0; i < m; i++)
-		d[i] = Int64GetDatum(v[i]);
-	return PointerGetDatum(construct_array(d, m, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
-/* Read the balances of the stripes this batch has locked. */
-static void
-ReadStripes(const RpActivity *act, BatchStripes *st)
-{
-	int32	   *ids = palloc(sizeof(int32) * st->n);
-	int			m = 0;
-	Datum		values[2];
-	bool		isnull;
-
-	for (int s = 0; s < st->n; s++)
-	{
-		st->balance[s] = st->packets[s] = 0;
-		st->halted[s] = false;
-		if (st->locked[s])
-			ids[m++] = s;
-	}
-	values[0] = Int64GetDatum(act->id);
-	values[1] = Int4Array(ids, m);
-	if (RpExec(&read_stripes, values, NULL, false, 0) != SPI_OK_SELECT ||
-		SPI_processed != (uint64) m)
-		elog(ERROR, "could not read the stripes of activity " INT64_FORMAT, act->id);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		int			s = DatumGetInt32(RpGetDatum(r, 1, &isnull));
-
-		st->balance[s] = RpGetInt64(r, 2, 0);
-		st->packets[s] = RpGetInt64(r, 3, 0);
-		st->halted[s] = DatumGetBool(RpGetDatum(r, 4, &isnull));
-	}
-}
-
 /*
- * Lock every stripe, giving up the partial set first.  Returns false,
- * holding none of them, when one is busy (*busy).
+ * Read what the batch's users hold: the claims under their keys, their
+ * counts (per_user_limit > 1), whether they are on a restricted activity's
+ * list.  Called holding their locks, or without them (a busy answer) for
+ * the statuses that need no lock to be known.
  */
-static bool
-LockAll(const RpActivity *act, BatchStripes *st, int *busy)
-{
-	for (int s = 0; s < st->n; s++)
-		if (st->locked[s])
-		{
-			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-			st->locked[s] = false;
-		}
-	if (!RpTryLockAllStripes(act, busy))
-		return false;
-	for (int s = 0; s < st->n; s++)
-		st->locked[s] = true;
-	st->all = true;
-	return true;
-}
-
-/*
- * A freeze or close marks every stripe while holding every stripe lock: if
- * a stripe we hold is marked, one committed since the activity was read.
- */
-static void
-CheckHalted(RpActivity *act, const BatchStripes *st)
-{
-	for (int s = 0; s < st->n; s++)
-		if (st->locked[s] && st->halted[s])
-		{
-			RpActivity	fresh;
-
-			(void) RpFetchActivity(act->id, &fresh, false);
-			act->frozen = fresh.frozen;
-			act->closed = fresh.closed;
-			return;
-		}
-}
-
-/*
- * Decide one element's payment with the allocator, over the stripes held
- * and what earlier elements left in them.  Returns the allocator's answer;
- * on RP_PLAN_PAID the element's take is added to the batch's.
- */
-static RpPlanResult
-Allocate(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int *paid_by)
-{
-	RpPlanIn	in;
-	RpPlanOut	out;
-	RpPlanResult r;
-
-	in.n = st->n;
-	in.balance = st->avail_units;
-	in.packets = st->avail_packets;
-	in.visible = st->all ? NULL : st->locked;
-	in.capped = act->packets != 0;
-	in.start = start;
-	in.units = e->units;
-	in.draw = RpDrawUnits;
-	out.take = st->plan_take;
-	r = RpPlanClaim(&in, &out);
-	if (r != RP_PLAN_PAID)
-		return r;
-	for (int s = 0; s < st->n; s++)
-	{
-		st->take_units[s] += out.take[s];
-		st->avail_units[s] -= out.take[s];
-	}
-	if (act->packets != 0)
-	{
-		st->take_packets[out.primary] += 1;
-		st->avail_packets[out.primary] -= 1;
-	}
-	st->take_claims[out.primary] += 1;
-	e->units = out.units;
-	*paid_by = out.primary;
-	return RP_PLAN_PAID;
-}
-
-/* The status an element gets before any money is looked at, or -1. */
-static int
-ElemStatus(const RpActivity *act, const BatchElem *x, const int64 *taken)
-{
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-
-	if (act->frozen)
-		return RP_FROZEN;
-	if (now < act->starts_at)
-		return RP_NOT_STARTED;
-	if (act->closed || now >= act->ends_at)
-		return RP_ENDED;
-	if (act->per_user_limit > 1 && x->held + taken[x->user_root] >= act->per_user_limit)
-		return RP_USER_LIMIT;
-	return -1;
-}
-
-/*
- * Decide every element in array order.  Returns false when an element
- * could not be paid by a partial set of stripes (the caller then locks
- * them all and decides again).
- */
-static bool
-Decide(const RpActivity *act, BatchStripes *st, int start, BatchElem *e, int n,
-	   int *paid_by)
-{
-	int		   *winner = palloc(sizeof(int) * n);
-	int64	   *taken = palloc0(sizeof(int64) * n);
-
-	for (int s = 0; s < st->n; s++)
-	{
-		st->take_units[s] = st->take_packets[s] = st->take_claims[s] = 0;
-		st->avail_units[s] = st->balance[s];
-		st->avail_packets[s] = st->packets[s];
-	}
-	for (int i = 0; i < n; i++)
-	{
-		winner[i] = -1;
-		e[i].dup_of = -1;
-		paid_by[i] = -1;
-		e[i].units = e[i].asked;
-	}
-
-	for (int i = 0; i < n; i++)
-	{
-		BatchElem  *x = &e[i];
-		int			status;
-
-		if (x->existing)
-			continue;			/* duplicate of a claim held before */
-		if (winner[x->key_root] >= 0)
-		{
-			x->dup_of = winner[x->key_root];
-			x->out.status = RP_DUPLICATE;
-			continue;
-		}
-		status = ElemStatus(act, x, taken);
-		if (status >= 0)
-			x->out.status = (RpStatus) status;
-		else
-			switch (Allocate(act, st, start, x, &paid_by[i]))
-			{
-				case RP_PLAN_PAID:
-					x->out.status = RP_CLAIMED;
-					winner[x->key_root] = i;
-					taken[x->user_root]++;
-					break;
-				case RP_PLAN_NEED_ALL:
-					return false;
-				case RP_PLAN_EXHAUSTED:
-					x->out.status = RP_EXHAUSTED;
-					break;
-			}
-	}
-	return true;
-}
-
-/* Read the claims the batch's keys already hold, and the users' counts. */
 static void
 ReadHeld(const RpActivity *act, BatchElem *e, int n)
 {
@@ -423,59 +226,143 @@ ReadHeld(const RpActivity *act, BatchElem *e, int n)
 	{
 		e[i].existing = false;
 		e[i].held = 0;
+		e[i].eligible = false;
 		memset(&e[i].out, 0, sizeof(e[i].out));
 	}
 	values[0] = Int64GetDatum(act->id);
-	values[1] = TextArray(e, n, 0, NULL);
-	values[2] = TextArray(e, n, 2, NULL);
+	values[1] = TextArray(e, n, BT_USER, NULL);
+	values[2] = TextArray(e, n, BT_KEY, NULL);
 	if (RpExecOn(&existing_claims, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up existing claims");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		BatchElem  *x = &e[RpGetInt64(r, 1, 0) - 1];
+		BatchElem  *x = &e[RpGetInt64(r, EX_ORD, 0) - 1];
 
 		x->existing = true;
-		x->out.status = RP_DUPLICATE;
-		x->out.claim_id = RpGetInt64(r, 2, 0);
-		x->out.units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(r, 3, &isnull)),
+		x->out.claim_id = RpGetInt64(r, EX_CLAIM_ID, 0);
+		x->out.units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(r, EX_AMOUNT, &isnull)),
 									   act->scale, "amount");
-		x->out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, 4, &isnull));
+		x->out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, EX_CLAIMED_AT, &isnull));
 	}
 	if (act->per_user_limit > 1)
 	{
 		if (RpExecOn(&held_counts, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not count claims");
 		for (uint64 r = 0; r < SPI_processed; r++)
-			e[RpGetInt64(r, 1, 0) - 1].held = RpGetInt64(r, 2, 0);
+			e[RpGetInt64(r, HC_ORD, 0) - 1].held = RpGetInt64(r, HC_COUNT, 0);
+	}
+	if (act->restricted)
+	{
+		if (RpExecOn(&listed_users, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not look up the eligible users");
+		for (uint64 r = 0; r < SPI_processed; r++)
+			e[RpGetInt64(r, EL_ORD, 0) - 1].eligible = true;
 	}
 }
 
-static void
-InitStripes(BatchStripes *st, int n)
+/* What an element's status depends on, for RpStatusBeforeMoney. */
+typedef struct ElemFacts
 {
-	st->n = n;
-	st->all = false;
-	st->locked = palloc0(sizeof(bool) * n);
-	st->halted = palloc0(sizeof(bool) * n);
-	st->balance = palloc0(sizeof(int64) * n);
-	st->packets = palloc0(sizeof(int64) * n);
-	st->avail_units = palloc0(sizeof(int64) * n);
-	st->avail_packets = palloc0(sizeof(int64) * n);
-	st->plan_take = palloc0(sizeof(int64) * n);
-	st->take_units = palloc0(sizeof(int64) * n);
-	st->take_packets = palloc0(sizeof(int64) * n);
-	st->take_claims = palloc0(sizeof(int64) * n);
+	const BatchElem *x;
+	const int64 *taken;			/* claims each user took earlier in the batch */
+} ElemFacts;
+
+static bool
+ElemEligible(void *arg)
+{
+	return ((ElemFacts *) arg)->x->eligible;
+}
+
+static int64
+ElemHeld(void *arg)
+{
+	ElemFacts  *f = arg;
+
+	return f->x->held + f->taken[f->x->user_root];
 }
 
 /*
- * Lock as few stripes as cover the batch: guess from balances read without
- * locks, try-lock in spread order until the guess covers it.  Returns false,
- * holding none, when every stripe that could pay was busy (*wait_stripe:
- * the first in spread order, so that waiters fan out).
+ * Decide every element in array order: the claim rules, then (for those
+ * that take money) the allocator over the stripes held.  Returns false
+ * when an element could not be paid by a partial set of stripes (the
+ * caller then locks them all and decides again); with money false, every
+ * element that would take money is answered busy instead.
  */
 static bool
-LockSome(const RpActivity *act, BatchStripes *st, const BatchElem *e, int n,
-		 int start, int *wait_stripe)
+Decide(const RpActivity *act, RpStripeSet *set, int start, BatchElem *e, int n, bool money)
+{
+	int		   *winner = palloc(sizeof(int) * n);
+	int64	   *taken = palloc0(sizeof(int64) * n);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (set)
+		RpStripeSetReset(set);
+	for (int i = 0; i < n; i++)
+	{
+		winner[i] = -1;
+		e[i].dup_of = -1;
+		e[i].paid_by = -1;
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		BatchElem  *x = &e[i];
+		ElemFacts	arg = {x, taken};
+		RpClaimFacts facts = {x->existing || winner[x->key_root] >= 0,
+		ElemEligible, ElemHeld, &arg};
+		int			status = RpStatusBeforeMoney(act, &facts, now);
+		int64		amount;
+
+		if (status == RP_DUPLICATE && !x->existing)
+			x->dup_of = winner[x->key_root];
+		if (status != RP_TAKE_MONEY)
+		{
+			x->out.status = (RpStatus) status;
+			continue;
+		}
+		if (!money)
+		{
+			x->out.status = RP_BUSY;
+			continue;
+		}
+		switch (RpStripeSetTake(set, x->req.units, start, &x->paid_by, &amount))
+		{
+			case RP_ALLOC_PAID:
+				x->out.status = RP_CLAIMED;
+				x->out.units = amount;
+				winner[x->key_root] = i;
+				taken[x->user_root]++;
+				break;
+			case RP_ALLOC_NEED_ALL:
+				return false;
+			case RP_ALLOC_EXHAUSTED:
+				x->out.status = RP_EXHAUSTED;
+				break;
+		}
+	}
+	return true;
+}
+
+/* Does any element take money, with the activity running? */
+static bool
+MayPay(const RpActivity *act, const BatchElem *e, int n)
+{
+	bool		any = false;
+
+	for (int i = 0; i < n && !any; i++)
+		any = !e[i].existing;
+	return any && RpActivityRunning(act, GetCurrentTransactionStartTimestamp());
+}
+
+/*
+ * Lock as few stripes as cover the batch: guess from every stripe read
+ * without locks, try-lock in spread order until the guess covers it.
+ * Returns false, holding none, when every stripe that could pay was busy
+ * (*wait_stripe: the first in spread order, so that waiters fan out).
+ */
+static bool
+LockSome(const RpActivity *act, RpStripeSet *set, const BatchElem *e, int n, int start,
+		 int *wait_stripe)
 {
 	int64		want_units = 0;
 	int64		want_packets = 0;
@@ -486,29 +373,25 @@ LockSome(const RpActivity *act, BatchStripes *st, const BatchElem *e, int n,
 	for (int i = 0; i < n; i++)
 		if (!e[i].existing)
 		{
-			want_units += e[i].asked > 0 ? e[i].asked : 1;
+			want_units += e[i].req.units > 0 ? e[i].req.units : 1;
 			want_packets++;
 		}
-	for (int s = 0; s < st->n; s++)
-		st->locked[s] = true;
-	ReadStripes(act, st);
-	for (int s = 0; s < st->n; s++)
-		st->locked[s] = false;
-	for (int i = 0; i < st->n; i++)
+	RpStripeSetRead(set, true);
+	for (int i = 0; i < set->n; i++)
 	{
-		int			s = (start + i) % st->n;
+		int			s = (start + i) % set->n;
+		const RpStripeState *st = &set->read[s];
 
 		if (have_units >= want_units && (act->packets == 0 || have_packets >= want_packets))
 			break;
-		if (st->balance[s] <= 0 || (act->packets != 0 && st->packets[s] <= 0))
+		if (st->balance <= 0 || (act->packets != 0 && st->packets <= 0))
 			continue;
 		if (first < 0)
 			first = s;
-		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+		if (!RpStripeSetTryLock(set, s))
 			continue;
-		st->locked[s] = true;
-		have_units += st->balance[s];
-		have_packets += st->packets[s];
+		have_units += st->balance;
+		have_packets += st->packets;
 	}
 	if (have_units == 0 && first >= 0)
 	{
@@ -518,16 +401,23 @@ LockSome(const RpActivity *act, BatchStripes *st, const BatchElem *e, int n,
 	return true;
 }
 
-/* Some element may be paid: not all held already, and the activity runs. */
-static bool
-MayPay(const RpActivity *act, const BatchElem *e, int n)
+/*
+ * Read the stripes held; if one is halted, or at another revision than the
+ * activity read, take the activity as it is now (a freeze, close or new
+ * schedule won the race; a stripe halted by hand counts as frozen).
+ */
+static void
+ReadHeldStripes(RpActivity *act, RpStripeSet *set)
 {
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	bool		any = false;
+	RpTakeResult stale;
 
-	for (int i = 0; i < n && !any; i++)
-		any = !e[i].existing;
-	return any && !act->frozen && !act->closed && now >= act->starts_at && now < act->ends_at;
+	RpStripeSetRead(set, false);
+	stale = RpStripeSetStale(set);
+	if (stale == RP_TAKE_OK)
+		return;
+	(void) RpFetchActivity(act->id, act, false);
+	if (stale == RP_TAKE_HALTED && !act->frozen && !act->closed)
+		act->frozen = true;
 }
 
 /*
@@ -539,79 +429,36 @@ MayPay(const RpActivity *act, const BatchElem *e, int n)
  * in *wait_stripe.
  */
 static RpTakeResult
-LockAndDecide(RpActivity *act, BatchStripes *st, BatchElem *e, int n, int start,
-			  bool all_held, int *paid_by, int *wait_stripe)
+LockAndDecide(RpActivity *act, RpStripeSet *set, BatchElem *e, int n, int start,
+			  bool all_held, int *wait_stripe)
 {
+	int			busy;
+
 	if (all_held)
 	{
-		for (int s = 0; s < st->n; s++)
-			st->locked[s] = true;
-		st->all = true;
+		if (!RpStripeSetLockAll(set, &busy))
+			elog(ERROR, "a stripe held by this transaction was busy");
 	}
-	else if (MayPay(act, e, n))
-	{
-		if (!LockSome(act, st, e, n, start, wait_stripe))
-			return RP_TAKE_WAIT;
-	}
-	if (all_held || MayPay(act, e, n))
-	{
-		ReadStripes(act, st);
-		CheckHalted(act, st);	/* a freeze or close may have won the race */
-	}
-	if (Decide(act, st, start, e, n, paid_by))
+	else if (MayPay(act, e, n) && !LockSome(act, set, e, n, start, wait_stripe))
+		return RP_TAKE_WAIT;
+	ReadHeldStripes(act, set);
+	if (Decide(act, set, start, e, n, true))
 		return RP_TAKE_OK;
 	if (all_held)
 		elog(ERROR, "batch could not be decided with every stripe locked");
 
-	if (!LockAll(act, st, wait_stripe))
+	if (!RpStripeSetLockAll(set, wait_stripe))
 		return RP_TAKE_GATHER;
 	RpStatsCount(act->id, RP_STAT_GATHER);
-	ReadStripes(act, st);
-	CheckHalted(act, st);
-	if (!Decide(act, st, start, e, n, paid_by))
+	ReadHeldStripes(act, set);
+	if (!Decide(act, set, start, e, n, true))
 		elog(ERROR, "batch could not be decided with every stripe locked");
 	return RP_TAKE_OK;
 }
 
-/* One UPDATE over the stripes touched; unlock the stripes not touched. */
-static int
-WriteStripes(const RpActivity *act, BatchStripes *st)
-{
-	int32	   *ids = palloc(sizeof(int32) * st->n);
-	int64	   *units = palloc(sizeof(int64) * st->n);
-	int32	   *pks = palloc(sizeof(int32) * st->n);
-	int64	   *cls = palloc(sizeof(int64) * st->n);
-	Datum		values[5];
-	int			m = 0;
-
-	for (int s = 0; s < st->n; s++)
-		if (st->take_claims[s] > 0 || st->take_units[s] > 0)
-		{
-			ids[m] = s;
-			units[m] = st->take_units[s];
-			pks[m] = (int32) st->take_packets[s];
-			cls[m] = st->take_claims[s];
-			m++;
-		}
-		else if (st->locked[s])
-			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-	if (m == 0)
-		return m;
-	values[0] = Int64GetDatum(act->id);
-	values[1] = Int4Array(ids, m);
-	values[2] = Int8Array(units, m);
-	values[3] = Int4Array(pks, m);
-	values[4] = Int8Array(cls, m);
-	if (RpExec(&debit_stripes, values, NULL, false, 0) != SPI_OK_UPDATE ||
-		SPI_processed != (uint64) m)
-		elog(ERROR, "could not update the stripes of activity " INT64_FORMAT, act->id);
-	RpRememberStripe(act, ids[m - 1]);
-	return m;
-}
-
 /* One INSERT for the claims decided, and every element's answer. */
 static void
-WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
+WriteClaims(const RpActivity *act, BatchElem *e, int n)
 {
 	bool	   *claimed = palloc0(sizeof(bool) * n);
 	Datum	   *ad = palloc(sizeof(Datum) * n);
@@ -621,19 +468,19 @@ WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
 	bool		isnull;
 
 	for (int i = 0; i < n; i++)
-		if (e[i].out.status == RP_CLAIMED && e[i].dup_of < 0 && !e[i].existing)
+		if (e[i].out.status == RP_CLAIMED)
 		{
 			claimed[i] = true;
-			ad[nclaimed] = NumericGetDatum(RpUnitsToAmount(e[i].units, act->scale));
-			stripes[nclaimed] = paid_by[i];
+			ad[nclaimed] = NumericGetDatum(RpUnitsToAmount(e[i].out.units, act->scale));
+			stripes[nclaimed] = e[i].paid_by;
 			nclaimed++;
 		}
 	if (nclaimed > 0)
 	{
 		values[0] = Int64GetDatum(act->id);
-		values[1] = TextArray(e, n, 0, claimed);
-		values[2] = TextArray(e, n, 1, claimed);
-		values[3] = TextArray(e, n, 2, claimed);
+		values[1] = TextArray(e, n, BT_USER, claimed);
+		values[2] = TextArray(e, n, BT_REQUEST, claimed);
+		values[3] = TextArray(e, n, BT_KEY, claimed);
 		values[4] = PointerGetDatum(construct_array(ad, nclaimed, NUMERICOID, -1, false,
 													TYPALIGN_INT));
 		values[5] = Int4Array(stripes, nclaimed);
@@ -647,21 +494,20 @@ WriteClaims(const RpActivity *act, BatchElem *e, int n, const int *paid_by)
 		e[i].out.scale = act->scale;
 		if (claimed[i])
 		{
-			e[i].out.claim_id = RpGetInt64(r, 1, 0);
-			e[i].out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, 2, &isnull));
+			e[i].out.claim_id = RpGetInt64(r, IC_CLAIM_ID, 0);
+			e[i].out.claimed_at = DatumGetTimestampTz(RpGetDatum(r, IC_CLAIMED_AT, &isnull));
 			r++;
 		}
-		if (e[i].out.status == RP_CLAIMED)
-			e[i].out.units = e[i].units;
-		else if (e[i].dup_of >= 0)
+	}
+	for (int i = 0; i < n; i++)
+		if (e[i].dup_of >= 0)
 		{
 			BatchElem  *w = &e[e[i].dup_of];
 
 			e[i].out.claim_id = w->out.claim_id;
-			e[i].out.units = w->units;
+			e[i].out.units = w->out.units;
 			e[i].out.claimed_at = w->out.claimed_at;
 		}
-	}
 }
 
 /*
@@ -677,17 +523,16 @@ static RpTakeResult
 BatchAttempt(int64 activity, BatchElem *e, int n, bool all_held, int *wait_stripe)
 {
 	RpActivity	act;
-	BatchStripes st;
-	int		   *paid_by = palloc(sizeof(int) * n);
+	RpStripeSet set;
 	RpTakeResult r;
 
 	(void) RpFetchActivity(activity, &act, false);
-	InitStripes(&st, act.stripes);
-	r = LockAndDecide(&act, &st, e, n, RpStartStripe(&act), all_held, paid_by, wait_stripe);
+	RpStripeSetInit(&set, &act);
+	r = LockAndDecide(&act, &set, e, n, RpStartStripe(&act), all_held, wait_stripe);
 	if (r != RP_TAKE_OK)
 		return r;
-	(void) WriteStripes(&act, &st);
-	WriteClaims(&act, e, n, paid_by);
+	RpStripeSetWrite(&set);
+	WriteClaims(&act, e, n);
 	return RP_TAKE_OK;
 }
 
@@ -719,15 +564,38 @@ BucketMode(const BatchLocks *bl)
 /*
  * Wait for every user lock in order: buckets in bucket order, then users in
  * hash order (rule 2 in locks.c).  They are kept to the end of the
- * transaction: a batch never gives them back.
+ * transaction: a batch never gives them back, unless a wait is refused for
+ * busy, when it gives back every one it took here and returns false.
  */
-static void
+static bool
 LockUsers(const BatchLocks *bl)
 {
-	for (int i = 0; i < bl->nbuckets; i++)
-		RpWaitLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[i], BucketMode(bl));
-	for (int i = 0; i < bl->nusers; i++)
-		RpWaitLock(RP_LOCK_USER, bl->activity, bl->users[i], ExclusiveLock);
+	int			b = 0;
+	int			u = 0;
+
+	for (; b < bl->nbuckets; b++)
+		if (!RpWaitLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl)))
+			break;
+	if (b == bl->nbuckets)
+		for (; u < bl->nusers; u++)
+			if (!RpWaitLock(RP_LOCK_USER, bl->activity, bl->users[u], ExclusiveLock))
+				break;
+	if (b == bl->nbuckets && u == bl->nusers)
+		return true;
+	while (--u >= 0)
+		RpUnlock(RP_LOCK_USER, bl->activity, bl->users[u]);
+	while (--b >= 0)
+		RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl));
+	return false;
+}
+
+static void
+UnlockUsers(const BatchLocks *bl)
+{
+	for (int u = 0; u < bl->nusers; u++)
+		RpUnlock(RP_LOCK_USER, bl->activity, bl->users[u]);
+	for (int b = 0; b < bl->nbuckets; b++)
+		RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl));
 }
 
 static int
@@ -744,15 +612,15 @@ static void
 FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
 {
 	bool		used[RP_USER_BUCKETS] = {false};
-	uint32	   *hashes = palloc(sizeof(uint32) * n);
+	uint32	   *hashes = palloc(sizeof(uint32) * Max(n, 1));
 	int			m = 0;
 
 	bl->buckets = palloc(sizeof(uint32) * RP_USER_BUCKETS);
 	bl->nbuckets = 0;
 	for (int i = 0; i < n; i++)
 	{
-		used[e[i].user_hash % RP_USER_BUCKETS] = true;
-		hashes[i] = e[i].user_hash;
+		used[e[i].req.user_hash % RP_USER_BUCKETS] = true;
+		hashes[i] = e[i].req.user_hash;
 	}
 	for (uint32 b = 0; b < RP_USER_BUCKETS; b++)
 		if (used[b])
@@ -767,16 +635,31 @@ FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
 }
 
 /*
+ * A batch that must answer busy: the elements whose status comes before
+ * busy in the order get it (read without the users' locks), the others
+ * busy; nothing is written.
+ */
+static void
+BatchBusy(const RpActivity *act, BatchElem *e, int n)
+{
+	ReadHeld(act, e, n);
+	(void) Decide(act, NULL, 0, e, n, false);
+	for (int i = 0; i < n; i++)
+		e[i].out.scale = act->scale;
+}
+
+/*
  * The batch, by the protocol in locks.c: take an admission slot (rule 0),
  * wait for the user locks in order and keep them; then at most three
  * attempts (the slot, the user locks and the stripes written stay locked to
  * the end of the transaction; a batch that wrote no stripe gives the slot
- * back).  The first try-locks the
- * stripes it needs.  If every stripe that could pay is busy, wait for one
- * (holding the user locks but no stripe) and try again with it.  If every
- * stripe is needed and one is busy (or the second attempt fails too), let
- * go of the stripes and wait for every stripe in stripe order, still
- * holding the user locks; the last attempt then cannot fail.
+ * back).  The first try-locks the stripes it needs.  If every stripe that
+ * could pay is busy, wait for one (holding the user locks but no stripe)
+ * and try again with it.  If every stripe is needed and one is busy (or the
+ * second attempt fails too), let go of the stripes and wait for every
+ * stripe in stripe order, still holding the user locks; the last attempt
+ * then cannot fail.  A wait refused for busy gives back what the call took
+ * and answers busy.
  */
 static void
 ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
@@ -798,7 +681,12 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 	FindRoots(e, n, false);
 
 	gate = RpBatchGateEnter(meta);	/* rule 0: one lock while waiting its turn */
-	LockUsers(&bl);
+	if (gate == RP_GATE_BUSY || !LockUsers(&bl))
+	{
+		RpBatchGateLeave(activity, gate);
+		BatchBusy(meta, e, n);
+		return;
+	}
 	(void) RpFetchActivity(activity, &act, false);
 	ReadHeld(&act, e, n);
 	for (;;)
@@ -813,25 +701,34 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 		RpStatsCount(activity, RP_STAT_WAIT);
 		if (took == RP_TAKE_WAIT && kept < 0)
 		{
-			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
+			if (!RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock))
+				break;
 			kept = wait_stripe;
 		}
 		else
 		{
-			RpWaitAllStripes(&act);
+			if (!RpWaitAllStripesOrBusy(&act))
+				break;
 			RpStatsCount(activity, RP_STAT_GATHER);
 			kept = -1;
 			all_held = true;
 		}
 	}
+	if (took != RP_TAKE_OK)
+	{
+		UnlockUsers(&bl);
+		RpBatchGateLeave(activity, gate);
+		BatchBusy(&act, e, n);
+		return;
+	}
+	if (all_held)
+		for (int s = 0; s < act.stripes; s++)
+			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
 	for (int i = 0; i < n; i++)
-		if (e[i].out.status == RP_CLAIMED && e[i].dup_of < 0 && !e[i].existing)
-			wrote = true;		/* it paid a claim: it wrote a stripe */
+		wrote |= e[i].out.status == RP_CLAIMED;	/* it paid a claim: it wrote a stripe */
 	if (!wrote)
 		RpBatchGateLeave(activity, gate);
 	RpNoteHeld(activity);
-	for (int i = 0; i < n; i++)
-		RpStatsCount(activity, e[i].out.status);
 }
 
 /* Deconstruct an optional array argument, checking its length. */
@@ -863,59 +760,39 @@ BatchArray(FunctionCallInfo fcinfo, int argno, Oid elemtype, int nelems,
 				 errdetail("The arrays of one batch must have the same length.")));
 }
 
+/* The arguments of rp_claim_batch, one request per element. */
+static BatchElem *
+BatchRequests(const Datum *users, const Datum *amounts, const bool *amount_nulls,
+			  const Datum *requests, const bool *request_nulls, int n)
+{
+	BatchElem  *e = palloc0(sizeof(BatchElem) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+	{
+		RpClaimRequest *r = &e[i].req;
+
+		r->elem = i + 1;
+		r->user_id = DatumGetTextPP(users[i]);
+		r->amount = (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]);
+		r->request_id = (requests == NULL || request_nulls[i]) ? NULL
+			: DatumGetTextPP(requests[i]);
+	}
+	return e;
+}
+
 /*
- * Validate every element and fill in what the attempts need; bad input is
+ * Check every element and resolve it against the activity; bad input is
  * an error before anything is locked or written.
  */
 static void
-BatchElems(int64 activity, const Datum *users, const Datum *amounts, const bool *amount_nulls,
-		   const Datum *requests, const bool *request_nulls, BatchElem *e, int n,
-		   RpActivity *out)
+BatchResolve(int64 activity, BatchElem *e, int n, RpActivity *act)
 {
-	RpActivity	act;
-
 	for (int i = 0; i < n; i++)
-	{
-		e[i].user = DatumGetTextPP(users[i]);
-		e[i].request = (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]);
-		RpCheckUserId(e[i].user);
-		RpCheckRequestId(e[i].request);
-	}
+		RpCheckRequest(&e[i].req);
 	/* amounts need the activity's scale; RpFetchActivity raises P0002 */
-	(void) RpFetchActivity(activity, &act, false);
+	(void) RpFetchActivity(activity, act, false);
 	for (int i = 0; i < n; i++)
-	{
-		if (amounts != NULL && !amount_nulls[i])
-			e[i].asked = RpAmountToUnits(DatumGetNumeric(amounts[i]), act.scale, "amount");
-		else if (act.packets == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("amounts[%d] must be given for activity " INT64_FORMAT, i + 1, activity),
-					 errdetail("A lucky draw (amount NULL) needs an activity created with packets.")));
-		else
-			e[i].asked = 0;
-		if (act.per_user_limit > 1 && e[i].request == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("request_ids[%d] is required for activity " INT64_FORMAT, i + 1, activity),
-					 errdetail("The activity allows %d claims per user, so each claim is identified by its request_id.",
-							   act.per_user_limit)));
-		e[i].key = act.per_user_limit == 1 ? cstring_to_text("") : e[i].request;
-		e[i].user_hash = RpUserHash(e[i].user);
-	}
-	*out = act;
-}
-
-/* Every element through the single-claim path (REPEATABLE READ, SERIALIZABLE). */
-static void
-ClaimEach(int64 activity, const Datum *users, const Datum *amounts, const bool *amount_nulls,
-		  const Datum *requests, const bool *request_nulls, BatchElem *e, int n)
-{
-	for (int i = 0; i < n; i++)
-		RpClaimOne(activity, DatumGetTextPP(users[i]),
-				   (amounts == NULL || amount_nulls[i]) ? NULL : DatumGetNumeric(amounts[i]),
-				   (requests == NULL || request_nulls[i]) ? NULL : DatumGetTextPP(requests[i]),
-				   &e[i].out);
+		RpResolveRequest(&e[i].req, act);
 }
 
 Datum
@@ -932,10 +809,13 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 	int			n = 0;
 	Oid			statustype;
 	BatchElem  *e;
+	bool		busy_outer;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_ids");
 	activity = PG_GETARG_INT64(0);
+	/* a batch writes: on a standby or in a read-only transaction, say so first */
+	PreventCommandIfReadOnly("rp_claim_batch()");
 
 	InitMaterializedSRF(fcinfo, 0);
 	statustype = TupleDescAttr(rsinfo->setDesc, 2)->atttypid;
@@ -945,38 +825,42 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 	BatchArray(fcinfo, 1, TEXTOID, -1, "user_ids", &users, &user_nulls);
 	BatchArray(fcinfo, 2, NUMERICOID, n, "amounts", &amounts, &amount_nulls);
 	BatchArray(fcinfo, 3, TEXTOID, n, "request_ids", &requests, &request_nulls);
-
-	e = palloc0(sizeof(BatchElem) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 		if (user_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("user_ids[%d] must not be NULL", i + 1)));
+	e = BatchRequests(users, amounts, amount_nulls, requests, request_nulls, n);
 
+	busy_outer = RpBusyScope(false);
 	PG_TRY();
 	{
+		RpActivity	act;
+
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
+		(void) RpBusyScope(RpCatalogVersion() >= RP_CATALOG_1_4);
 		if (IsolationUsesXactSnapshot())
-			ClaimEach(activity, users, amounts, amount_nulls, requests, request_nulls, e, n);
-		else if (n > 0)
-		{
-			RpActivity	act;
-
-			BatchElems(activity, users, amounts, amount_nulls, requests, request_nulls, e, n,
-					   &act);
-			ClaimBatch(&act, e, n);
-		}
+			for (int i = 0; i < n; i++)
+				RpClaimOne(activity, &e[i].req, &e[i].out);
 		else
-			(void) RpFetchActivity(activity, &(RpActivity) {0}, false);
+		{
+			BatchResolve(activity, e, n, &act);
+			if (n > 0)
+				ClaimBatch(&act, e, n);
+			for (int i = 0; i < n; i++)
+				RpStatsCount(activity, e[i].out.status);
+		}
 		SPI_finish();
 	}
 	PG_CATCH();
 	{
+		(void) RpBusyScope(busy_outer);
 		RpStatsCount(activity, RP_STAT_ERROR);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	(void) RpBusyScope(busy_outer);
 
 	for (int i = 0; i < n; i++)
 	{

@@ -1,11 +1,41 @@
 /*
  * claim.c
- *		rp_claim: one claim is the duplicate check, the
- *		status checks in the order the SPEC lists them, a stripe decrement and
- *		the unique claim insert, all in the caller's transaction with no
- *		subtransaction.  Concurrent claims by one user are serialized by a
- *		per-(activity, user) lock, so the duplicate and limit checks see every
- *		committed claim of that user.
+ *		rp_claim: one claim, in the caller's transaction, with no
+ *		subtransaction: the duplicate check and the statuses in their order
+ *		(rules.c), the money from a stripe (fast.c, stripe.c) and the unique
+ *		claim row.  A fixed claim is followed from here through RpClaimOne,
+ *		ClaimFast and RpFastTake (fast.c) to the backend that writes it
+ *		(direct.c, or fast.c's statement).
+ *
+ *		Wording, used the same way by every file of the claim engine:
+ *		- stripe: one of an activity's sub-balances (a row of
+ *		  redpacket.stripe, guarded by its advisory lock).
+ *		- spread, sticky: where a claim starts looking for a free stripe
+ *		  (per backend), and the stripe a transaction keeps using.
+ *		- fast path: a fixed amount under READ COMMITTED, checked, paid and
+ *		  recorded in one attempt on one stripe (fast.h); its backends are
+ *		  the direct path (the executor's simple-relation interface,
+ *		  direct.c), the SPI path (one prepared statement, fast.c) and the
+ *		  shard path (the same on a Citus node's shard tables, scaleout.c).
+ *		- careful path: everything else (lucky draws, any fast attempt that
+ *		  wrote nothing, REPEATABLE READ and SERIALIZABLE): read the
+ *		  activity and the user's claim, answer the statuses in order, then
+ *		  take the money with the allocator (stripe.c, alloc.c).
+ *		- statement: a prepared SPI statement (RpPlan, base.c); allocation:
+ *		  the allocator's decision where a claim's money comes from.
+ *		- dealt, undealt: money and packets of a lucky draw drawn ahead for
+ *		  the whole activity and handed to a stripe, and the rest (alloc.c).
+ *		- gather: holding every stripe of the activity, to decide over all
+ *		  of it; the gatherer: a single claim that gathers by rule 3 of the
+ *		  protocol (locks.c); a walker: anything that waits for every stripe
+ *		  in stripe order (a gatherer, a batch, close, freeze, the
+ *		  reconciler, the live changes of an activity).
+ *		- kept locks: locks held past a call to the end of the transaction
+ *		  (the stripes written, a batch's user locks and gate slot); a
+ *		  transaction of rule 4 keeps locks of earlier calls on the activity.
+ *		- patient wait: a wait with ten times deadlock_timeout (locks.c).
+ *		- busy: the answer of a claim that would wait while
+ *		  redpacket.max_waiting claims already wait (locks.c).
  */
 #include "postgres.h"
 
@@ -13,40 +43,56 @@
 #include "access/xact.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "redpacket.h"
+#include "claim.h"
+#include "fast.h"
+#include "locks.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_claim);
 PG_FUNCTION_INFO_V1(rp_claim_v13);
 PG_FUNCTION_INFO_V1(rp_claim_v14);
 
 /*
- * The activity, the caller's claim under this idempotency key if any, in
- * one statement.  Columns 1-9 are the activity as RpActivityFromRow reads it.
+ * The activity and the caller's claim under this idempotency key, in one
+ * statement: the activity's columns first (RpActivityFromRow), then the
+ * claim's at LOOKUP_CLAIM_ID .. LOOKUP_CLAIMED_AT.
  */
-static RpPlan lookup = {
-	"SELECT a.total, a.packets, a.scale, a.stripes, a.per_user_limit,"
-	"       a.starts_at, a.ends_at, a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL,"
-	"       c.claim_id, c.amount, c.claimed_at"
-	"  FROM redpacket.activity a"
-	"  LEFT JOIN redpacket.claim c"
-	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2"
-	"   AND c.idempotency_key OPERATOR(pg_catalog.=)"
-	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END"
-	" WHERE a.id OPERATOR(pg_catalog.=) $1",
-	3, {INT8OID, TEXTOID, TEXTOID}, NULL, true	/* generic off Citus: RpPreparedOn */
+#define RP_LOOKUP(activity_cols) \
+	"SELECT " activity_cols ", c.claim_id, c.amount, c.claimed_at" \
+	"  FROM redpacket.activity a" \
+	"  LEFT JOIN redpacket.claim c" \
+	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2" \
+	"   AND c.idempotency_key OPERATOR(pg_catalog.=)" \
+	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END" \
+	" WHERE a.id OPERATOR(pg_catalog.=) $1"
+
+enum
+{
+	LOOKUP_CLAIM_ID = RP_ACT_NCOLS + 1, LOOKUP_AMOUNT, LOOKUP_CLAIMED_AT
+};
+
+/* generic off Citus: RpPreparedOn */
+static RpPlan lookup_14 = {
+	RP_LOOKUP(RP_ACTIVITY_SELECT_14), 3, {INT8OID, TEXTOID, TEXTOID}, NULL, true
+};
+static RpPlan lookup_13 = {
+	RP_LOOKUP(RP_ACTIVITY_SELECT_13), 3, {INT8OID, TEXTOID, TEXTOID}, NULL, true
 };
 
 static RpPlan count_user = {
 	"SELECT pg_catalog.count(*) FROM redpacket.claim"
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, TEXTOID}, NULL, true
+};
+
+static RpPlan find_eligible = {
+	"SELECT 1 FROM redpacket.eligible"
 	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2",
 	2, {INT8OID, TEXTOID}, NULL, true
 };
@@ -90,49 +136,54 @@ RpStatusDatum(Oid enumtype, RpStatus status)
 }
 
 /*
- * Fast path: a fixed amount on a running activity is one statement that
- * checks, decrements and inserts.  Anything else (a duplicate, a halt, the
- * user's limit, a stripe that cannot pay, a lucky draw, a time outside the
- * schedule) goes the careful way, which reports the statuses in the SPEC's
- * order.  REPEATABLE READ and SERIALIZABLE callers always go the careful
- * way, whose ON CONFLICT turns a claim committed after their snapshot into
- * a serialization failure.  Returns RP_TAKE_OK (claimed), RP_TAKE_WAIT or
- * RP_TAKE_DIVERT (go the careful way).
+ * The fast path: a fixed amount on an activity that runs, under READ
+ * COMMITTED, read from the backend's metadata cache.  One attempt on the
+ * first stripe that can be locked decides; if it writes nothing the
+ * careful path answers.  Returns RP_TAKE_OK (claimed), RP_TAKE_WAIT (every
+ * stripe was busy: *wait_stripe) or RP_TAKE_DIVERT.
  */
 static RpTakeResult
-ClaimFast(int64 activity, text *user_id, Numeric amount, text *request_id,
-		  RpOutcome *out, int *wait_stripe)
+ClaimFast(int64 activity, RpClaimRequest *req, RpOutcome *out, int *wait_stripe)
 {
 	RpActivity	act;
-	RpFastClaim fast;
+	RpFastClaim fc;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	int64		units;
-	int			stripe = 0;
-	RpTakeResult took;
+	int			start;
 
-	if (amount == NULL || IsolationUsesXactSnapshot() ||
+	if (req->amount == NULL || IsolationUsesXactSnapshot() ||
 		!RpActivityMeta(activity, &act) ||
-		!(act.per_user_limit == 1 || request_id != NULL) ||
-		now < act.starts_at || now >= act.ends_at)
+		!(act.per_user_limit == 1 || req->request_id != NULL) ||
+		!RpActivityRunning(&act, now))
 		return RP_TAKE_DIVERT;
 
-	units = RpAmountToUnits(amount, act.scale, "amount");
-	fast.user_id = user_id;
-	fast.request_id = request_id;
-	fast.key = act.per_user_limit == 1 ? cstring_to_text("") : request_id;
-	fast.amount = RpUnitsToAmount(units, act.scale);
-	took = RpTake(&act, &units, &stripe, &fast);
-	if (took == RP_TAKE_OK)
+	RpResolveRequest(req, &act);
+	fc.user_id = req->user_id;
+	fc.request_id = req->request_id;
+	fc.key = req->key;
+	fc.units = req->units;
+	fc.amount = RpUnitsToAmount(req->units, act.scale);
+	start = RpStartStripe(&act);
+	for (int i = 0; i < act.stripes; i++)
 	{
+		int			s = (start + i) % act.stripes;
+
+		if (!RpLock(RP_LOCK_STRIPE, act.id, (uint32) s, false))
+			continue;
+		if (!RpFastTake(&act, s, &fc))
+		{
+			RpUnlock(RP_LOCK_STRIPE, act.id, (uint32) s);
+			return RP_TAKE_DIVERT;
+		}
+		RpRememberStripe(&act, s);
 		out->status = RP_CLAIMED;
 		out->scale = act.scale;
-		out->units = units;
-		out->claim_id = fast.claim_id;
-		out->claimed_at = fast.claimed_at;
+		out->units = req->units;
+		out->claim_id = fc.claim_id;
+		out->claimed_at = fc.claimed_at;
+		return RP_TAKE_OK;
 	}
-	else if (took == RP_TAKE_WAIT)
-		*wait_stripe = stripe;
-	return took;
+	*wait_stripe = start;
+	return RP_TAKE_WAIT;
 }
 
 /*
@@ -142,9 +193,10 @@ ClaimFast(int64 activity, text *user_id, Numeric amount, text *request_id,
  * with a fresh snapshot and refuse to decide on stale data.
  */
 static int64
-CountUserClaims(int64 activity, text *user_id, Datum *values)
+CountUserClaims(int64 activity, text *user_id)
 {
 	bool		distributed = RpDistributed();
+	Datum		values[2] = {Int64GetDatum(activity), PointerGetDatum(user_id)};
 	int64		held;
 
 	if (RpExecOn(&count_user, distributed, values, NULL, false, 1) != SPI_OK_SELECT)
@@ -168,86 +220,106 @@ CountUserClaims(int64 activity, text *user_id, Datum *values)
 }
 
 /*
- * Careful path, first half: read the activity and the user's claim under
- * this key, raise errors for bad input, and answer every status but
- * exhausted/claimed.  Returns true when *out is the answer.
+ * Is the user on the restricted activity's list?  Read with the latest
+ * snapshot at every isolation level: rp_allow and rp_disallow take the
+ * activity's user buckets, which the claim holds (its user's), so the
+ * latest committed list is the one in force for this claim.
  */
 static bool
-ClaimChecks(int64 activity, text *user_id, Numeric amount, text *request_id,
-			RpActivity *act, int64 *units, RpOutcome *out)
+UserEligible(int64 activity, text *user_id)
+{
+	Datum		values[2] = {Int64GetDatum(activity), PointerGetDatum(user_id)};
+
+	if (SPI_execute_snapshot(RpPreparedOn(&find_eligible, RpDistributed()), values, NULL,
+							 GetLatestSnapshot(), InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up the eligibility of user \"%s\"", text_to_cstring(user_id));
+	return SPI_processed > 0;
+}
+
+typedef struct ClaimFactsArg
+{
+	int64		activity;
+	text	   *user_id;
+} ClaimFactsArg;
+
+static bool
+FactEligible(void *arg)
+{
+	ClaimFactsArg *a = arg;
+
+	return UserEligible(a->activity, a->user_id);
+}
+
+static int64
+FactHeld(void *arg)
+{
+	ClaimFactsArg *a = arg;
+
+	return CountUserClaims(a->activity, a->user_id);
+}
+
+/*
+ * The careful path, first half: read the activity and the user's claim
+ * under this key, raise errors for bad input, and answer every status that
+ * comes before money.  Returns true when *out is the answer.
+ */
+static bool
+ClaimChecks(int64 activity, RpClaimRequest *req, RpActivity *act, RpOutcome *out)
 {
 	Datum		values[3];
-	char		nulls[3] = {' ', ' ', request_id ? ' ' : 'n'};
+	char		nulls[3] = {' ', ' ', req->request_id ? ' ' : 'n'};
 	bool		isnull;
 	Datum		d;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	ClaimFactsArg arg = {activity, req->user_id};
+	RpClaimFacts facts = {false, FactEligible, FactHeld, &arg};
+	int			status;
 
 	values[0] = Int64GetDatum(activity);
-	values[1] = PointerGetDatum(user_id);
-	values[2] = PointerGetDatum(request_id);
-	if (RpExecOn(&lookup, RpDistributed(), values, nulls, false, 1) != SPI_OK_SELECT)
+	values[1] = PointerGetDatum(req->user_id);
+	values[2] = PointerGetDatum(req->request_id);
+	if (RpExecOn(RpCatalogVersion() >= RP_CATALOG_1_4 ? &lookup_14 : &lookup_13, RpDistributed(),
+				 values, nulls, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up activity " INT64_FORMAT, activity);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
 				 errmsg("activity " INT64_FORMAT " does not exist", activity)));
-	RpActivityFromRow(activity, act);
+	RpActivityFromRow(activity, 1, act);
+	RpActivityMetaRemember(act);
 	out->scale = act->scale;
 
-	/* Bad input first: nothing is written for it. */
-	if (amount != NULL)
-		*units = RpAmountToUnits(amount, act->scale, "amount");
-	else if (act->packets == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("amount must be given for activity " INT64_FORMAT, activity),
-				 errdetail("A lucky draw (amount NULL) needs an activity created with packets."),
-				 errhint("Pass the amount to claim, or create the activity with packets.")));
-	if (act->per_user_limit > 1 && request_id == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("request_id is required for activity " INT64_FORMAT, activity),
-				 errdetail("The activity allows %d claims per user, so each claim is identified by its request_id.",
-						   act->per_user_limit)));
+	/* bad input first: nothing is written for it */
+	RpResolveRequest(req, act);
 
-	/* duplicate: the claim already held under this idempotency key */
-	d = RpGetDatum(0, 10, &isnull);
-	if (!isnull)
+	d = RpGetDatum(0, LOOKUP_CLAIM_ID, &isnull);
+	facts.has_claim = !isnull;
+	if (facts.has_claim)
 	{
-		out->status = RP_DUPLICATE;
 		out->claim_id = DatumGetInt64(d);
-		out->units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, 11, &isnull)),
+		out->units = RpAmountToUnits(DatumGetNumeric(RpGetDatum(0, LOOKUP_AMOUNT, &isnull)),
 									 act->scale, "amount");
-		out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 12, &isnull));
-		return true;
+		out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, LOOKUP_CLAIMED_AT, &isnull));
 	}
-	if (act->frozen)
-		out->status = RP_FROZEN;
-	else if (now < act->starts_at)
-		out->status = RP_NOT_STARTED;
-	else if (act->closed || now >= act->ends_at)
-		out->status = RP_ENDED;
-	else if (act->per_user_limit > 1 &&
-			 CountUserClaims(activity, user_id, values) >= act->per_user_limit)
-		out->status = RP_USER_LIMIT;
-	else
+	status = RpStatusBeforeMoney(act, &facts, GetCurrentTransactionStartTimestamp());
+	if (status == RP_TAKE_MONEY)
 		return false;
+	out->status = (RpStatus) status;
 	return true;
 }
 
-/* Careful path, second half: the claim row for money already taken. */
+/* The careful path, second half: the claim row for money already taken. */
 static void
-ClaimInsert(const RpActivity *act, text *user_id, text *request_id, int64 units,
-			int stripe, RpOutcome *out)
+ClaimInsert(const RpActivity *act, const RpClaimRequest *req, int64 units, int stripe,
+			RpOutcome *out)
 {
 	Datum		values[6];
-	char		nulls[6] = {' ', ' ', request_id ? ' ' : 'n', ' ', ' ', ' '};
+	char		nulls[6] = {' ', ' ', req->request_id ? ' ' : 'n', ' ', ' ', ' '};
 	bool		isnull;
 
 	values[0] = Int64GetDatum(act->id);
-	values[1] = PointerGetDatum(user_id);
-	values[2] = PointerGetDatum(request_id);
-	values[3] = act->per_user_limit == 1 ? CStringGetTextDatum("") : PointerGetDatum(request_id);
+	values[1] = PointerGetDatum(req->user_id);
+	values[2] = PointerGetDatum(req->request_id);
+	values[3] = PointerGetDatum(req->key);
 	values[4] = NumericGetDatum(RpUnitsToAmount(units, act->scale));
 	values[5] = Int32GetDatum(stripe);
 	if (RpExec(&insert_claim, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
@@ -263,7 +335,7 @@ ClaimInsert(const RpActivity *act, text *user_id, text *request_id, int64 units,
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize claim of user \"%s\" on activity " INT64_FORMAT,
-						text_to_cstring(user_id), act->id),
+						text_to_cstring(req->user_id), act->id),
 				 errhint("Retry the transaction.")));
 
 	out->status = RP_CLAIMED;
@@ -273,16 +345,17 @@ ClaimInsert(const RpActivity *act, text *user_id, text *request_id, int64 units,
 }
 
 /*
- * One attempt at a claim, holding the user's lock.  Bad input raises an
- * error before anything is written; every business outcome is a status.
- * Returns RP_TAKE_OK with the answer in *out, or, having written nothing,
- * RP_TAKE_WAIT (stripe *wait_stripe is busy) or RP_TAKE_GATHER (the claim
- * needs every stripe and *wait_stripe is busy).  Must be called inside
- * SPI_connect.
+ * One attempt at a claim, holding the user's lock (and, with all_held,
+ * every stripe: the gatherer).  Bad input raises an error before anything
+ * is written; every business outcome is a status.  Returns RP_TAKE_OK with
+ * the answer in *out, RP_TAKE_STALE (the activity's schedule moved: try
+ * again), or, having written nothing, RP_TAKE_WAIT (stripe *wait_stripe is
+ * busy) or RP_TAKE_GATHER (the claim needs every stripe and *wait_stripe is
+ * busy).  Must be called inside SPI_connect.
  */
 static RpTakeResult
-ClaimAttempt(int64 activity, text *user_id, Numeric amount, text *request_id,
-			 RpOutcome *out, int *wait_stripe)
+ClaimAttempt(int64 activity, RpClaimRequest *req, bool all_held, RpOutcome *out,
+			 int *wait_stripe)
 {
 	RpActivity	act;
 	int64		units = 0;
@@ -290,36 +363,52 @@ ClaimAttempt(int64 activity, text *user_id, Numeric amount, text *request_id,
 	RpTakeResult took;
 
 	memset(out, 0, sizeof(*out));
-	took = ClaimFast(activity, user_id, amount, request_id, out, wait_stripe);
-	if (took != RP_TAKE_DIVERT)
-		return took;
-
-	if (ClaimChecks(activity, user_id, amount, request_id, &act, &units, out))
+	if (!all_held)
+	{
+		took = ClaimFast(activity, req, out, wait_stripe);
+		if (took != RP_TAKE_DIVERT)
+			return took;
+	}
+	if (ClaimChecks(activity, req, &act, out))
 		return RP_TAKE_OK;
+	ereport(DEBUG1, (errmsg_internal("redpacket: claim takes the careful path")));
 
-	took = RpTake(&act, &units, &stripe, NULL);
+	took = RpTakeCareful(&act, req->units, all_held, &stripe, &units, wait_stripe);
 	switch (took)
 	{
 		case RP_TAKE_OK:
-			ClaimInsert(&act, user_id, request_id, units, stripe, out);
+			ClaimInsert(&act, req, units, stripe, out);
 			break;
 		case RP_TAKE_EXHAUSTED:
 			out->status = RP_EXHAUSTED;
 			break;
-		case RP_TAKE_FROZEN:
-			out->status = RP_FROZEN;
+		case RP_TAKE_HALTED:
+			out->status = RpHaltedStatus(activity);
 			break;
-		case RP_TAKE_ENDED:
-			out->status = RP_ENDED;
-			break;
+		case RP_TAKE_STALE:
 		case RP_TAKE_WAIT:
 		case RP_TAKE_GATHER:
-			*wait_stripe = stripe;
 			return took;
 		case RP_TAKE_DIVERT:
-			elog(ERROR, "careful claim path diverted");
+		case RP_TAKE_BUSY:
+			elog(ERROR, "careful claim path answered %d", (int) took);
 	}
 	return RP_TAKE_OK;
+}
+
+/*
+ * A claim that must answer busy: but a status that comes before busy in the
+ * order is still answered (a retry that finds its claim gets duplicate), as
+ * far as it can be known without the user's lock.
+ */
+static void
+ClaimBusy(int64 activity, RpClaimRequest *req, RpOutcome *out)
+{
+	RpActivity	act;
+
+	memset(out, 0, sizeof(*out));
+	if (!ClaimChecks(activity, req, &act, out))
+		out->status = RP_BUSY;
 }
 
 /*
@@ -328,37 +417,39 @@ ClaimAttempt(int64 activity, text *user_id, Numeric amount, text *request_id,
  * waits for that stripe holding nothing it took, keeps it, and tries again,
  * taking the user's locks only if they are free.  An attempt that needs
  * every stripe makes the claim a gatherer, unless the transaction holds
- * locks of earlier claims on the activity.
+ * locks of earlier claims on the activity.  A wait refused for busy ends
+ * the claim with that answer.
  */
 void
-RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
-		   RpOutcome *out)
+RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 {
-	uint32		user_hash;
 	int			wait_stripe;
 	int			kept = -1;		/* stripe waited for and kept for the next attempt */
 	RpActivity	gather;			/* .id != 0 while gathering */
 	RpTakeResult took;
+	bool		busy = false;
 
-	RpCheckUserId(user_id);
-	RpCheckRequestId(request_id);
+	RpCheckRequest(req);
 	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
-	user_hash = RpUserHash(user_id);
+	req->user_hash = RpUserHash(req->user_id);
 	gather.id = 0;
 
 	for (;;)
 	{
 		/* Serialize this user's claims on this activity. */
-		if (kept >= 0 && !RpLockUser(activity, user_hash, false))
+		if (kept >= 0 && !RpLockUser(activity, req->user_hash, false))
 		{
 			/* never wait for the user while holding a stripe we took */
 			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
 			kept = -1;
 		}
-		if (kept < 0 && gather.id == 0)
-			(void) RpLockUser(activity, user_hash, true);
+		if (kept < 0 && gather.id == 0 && !RpLockUser(activity, req->user_hash, true))
+		{
+			busy = true;
+			break;
+		}
 
-		took = ClaimAttempt(activity, user_id, amount, request_id, out, &wait_stripe);
+		took = ClaimAttempt(activity, req, gather.id != 0, out, &wait_stripe);
 
 		/* the attempt took its own lock on any stripe it wrote */
 		if (kept >= 0)
@@ -370,21 +461,35 @@ RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
 		if (took == RP_TAKE_OK)
 			break;
 
-		RpUnlockUser(activity, user_hash);
+		RpUnlockUser(activity, req->user_hash);
+		if (took == RP_TAKE_STALE)
+			continue;			/* read the activity again */
 		RpStatsCount(activity, RP_STAT_WAIT);
 		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
 			RpActivityMeta(activity, &gather))
 		{
-			RpGatherBegin(&gather, user_hash);
+			if (!RpGatherBegin(&gather, req->user_hash))
+			{
+				gather.id = 0;
+				busy = true;
+				break;
+			}
 		}
 		else
 		{
 			gather.id = 0;
-			RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock);
+			if (!RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock))
+			{
+				busy = true;
+				break;
+			}
 			kept = wait_stripe;
 		}
 	}
-	RpNoteHeld(activity);
+	if (busy)
+		ClaimBusy(activity, req, out);
+	else
+		RpNoteHeld(activity);
 	RpStatsCount(activity, out->status);
 }
 
@@ -406,12 +511,16 @@ Datum
 rp_claim(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	RpClaimRequest req = {0};
 	RpOutcome	out;
 	Datum		values[4];
 	bool		nulls[4];
+	bool		busy_outer;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_id");
+	/* a claim writes: on a standby or in a read-only transaction, say so first */
+	PreventCommandIfReadOnly("rp_claim()");
 
 	if (tupdesc == NULL)
 	{
@@ -424,22 +533,27 @@ rp_claim(PG_FUNCTION_ARGS)
 		fcinfo->flinfo->fn_extra = tupdesc;
 	}
 
+	req.user_id = PG_GETARG_TEXT_PP(1);
+	req.amount = PG_ARGISNULL(2) ? NULL : PG_GETARG_NUMERIC(2);
+	req.request_id = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+
+	busy_outer = RpBusyScope(false);
 	PG_TRY();
 	{
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		RpClaimOne(PG_GETARG_INT64(0), PG_GETARG_TEXT_PP(1),
-				   PG_ARGISNULL(2) ? NULL : PG_GETARG_NUMERIC(2),
-				   PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3),
-				   &out);
+		(void) RpBusyScope(RpCatalogVersion() >= RP_CATALOG_1_4);
+		RpClaimOne(PG_GETARG_INT64(0), &req, &out);
 		SPI_finish();
 	}
 	PG_CATCH();
 	{
+		(void) RpBusyScope(busy_outer);
 		RpStatsCount(PG_GETARG_INT64(0), RP_STAT_ERROR);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	(void) RpBusyScope(busy_outer);
 
 	RpOutcomeColumns(&out, TupleDescAttr(tupdesc, 0)->atttypid, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -1,34 +1,34 @@
 /*
  * direct.c
- *		The fast path of rp_claim written against the executor's
- *		simple-relation interfaces instead of SPI, for a single node (the
- *		tables are not Citus-distributed).  It does what the fast path's one
- *		SQL statement (stripe.c, take_and_claim) does, in the same order and
- *		with the same visibility: after the user's and the stripe's locks, a
- *		fresh snapshot; the duplicate probe on the claim's unique key; the
- *		stripe row found by its key and updated only when it can pay, has a
- *		packet left and is not halted (a row updated concurrently is followed
- *		to its newest version and checked again, as READ COMMITTED does); the
- *		claim inserted with claim_id from its column default's sequence and
- *		claimed_at = now(); every index maintained and the tables' NOT NULL
- *		and CHECK constraints checked.  It skips planning, plan revalidation
- *		and executor start-up, which the profile shows are most of the SPI
- *		path's cost.
+ *		The fast path's executor-direct backend (fast.h), on this node's own
+ *		tables or, on a Citus node that holds the activity, on its shard
+ *		tables (scaleout.c names them, holding Citus's shard metadata locks):
+ *		what the SPI backend's one statement (fast.c) does, in the same order
+ *		and with the same visibility, without planning, plan revalidation or executor
+ *		start-up, which are most of the SPI path's cost.  After the user's
+ *		and the stripe's locks, a fresh snapshot; the duplicate probe on the
+ *		claim's unique key; for a restricted activity, the user's row in
+ *		eligible; the stripe row found by its key and updated only when it is
+ *		not halted, at the revision the caller read and has the undealt money
+ *		and packet (a row updated concurrently is followed to its newest
+ *		version and checked again, as READ COMMITTED does); the claim
+ *		inserted through the executor's simple-relation interface (as
+ *		logical replication's apply does: its constraints and every index),
+ *		with claim_id from its column default's sequence and claimed_at =
+ *		now().
  *
- *		It is not used, and the SPI path runs instead, when
- *		redpacket.direct_claims is off, the transaction is read-only (the SQL
- *		raises the error), the tables are distributed, the
- *		activity allows more than one claim per user, or either table is not
- *		the plain table the SQL statement would write the same way: user
- *		triggers on INSERT into claim or UPDATE of stripe (the README tells
- *		users to add an AFTER INSERT trigger for wallet credits), rules,
- *		row-level security, inheritance children or a parent, generated or
- *		extra columns, a column typmod, or a changed claim_id default; nor
- *		when an auditing or access-control module hooks the executor's
- *		permission checks (ExecutorCheckPerms_hook), or the tables changed
- *		while the call waited for their locks.  The relation and index OIDs and the column numbers
- *		are found by name once and kept until a relcache invalidation of any
- *		of them (ALTER, CREATE INDEX, DROP/CREATE EXTENSION).
+ *		It steps aside (RP_DIRECT_UNUSED: the SPI backend runs) when
+ *		redpacket.direct_claims is off, the transaction is read-only, the
+ *		activity allows more than one claim per user, or a table is not the
+ *		plain table the SQL statement would write the same way: user
+ *		triggers on INSERT into claim or UPDATE of stripe, rules, row-level
+ *		security, inheritance children or a parent, generated or extra
+ *		columns, a column typmod, a changed claim_id default, a missing
+ *		privilege; or when an auditing or access-control module hooks the
+ *		executor's permission checks, or the tables changed while the call
+ *		waited for their locks.  What it learns of the tables' shape is kept
+ *		until the catalog's generation moves (catalog.c), for shards until an
+ *		invalidation of one of them (a shard move).
  */
 #include "postgres.h"
 
@@ -49,13 +49,16 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "redpacket.h"
+#include "catalog.h"
+#include "fast.h"
 
 bool		rp_direct_claims = true;
 
@@ -70,6 +73,10 @@ enum
 	S_ACTIVITY, S_STRIPE, S_BALANCE, S_PACKETS, S_CLAIMS, S_HALTED,
 	S_NREQUIRED,				/* 1.0 to 1.3 have these; 1.4 has the rest too */
 	S_REVISION = S_NREQUIRED, S_DEALT, S_DEALT_UNITS, S_DEALT_COUNT, S_NCOLS
+};
+enum
+{
+	E_ACTIVITY, E_USER, E_NCOLS
 };
 static const char *const claim_cols[C_NCOLS] = {
 	"activity_id", "claim_id", "user_id", "request_id", "idempotency_key", "amount",
@@ -87,33 +94,44 @@ static const Oid stripe_types[S_NCOLS] = {
 	INT8OID, INT8ARRAYOID, INT8OID, INT4OID
 };
 
-/* What the direct path needs to know about the tables, found once. */
+/* What the direct path knows about the tables, for one catalog generation. */
 typedef struct DirectCache
 {
-	bool		valid;			/* filled in and not invalidated since */
+	uint64		generation;		/* 0: not built */
 	bool		usable;			/* the tables have the expected shape */
 	Oid			claim;
 	Oid			claim_key;		/* unique (activity_id, user_id, idempotency_key) */
 	Oid			claim_seq;		/* the sequence of claim_id's default */
 	Oid			stripe;
 	Oid			stripe_key;		/* primary key (activity_id, stripe) */
+	Oid			eligible;		/* 1.4 */
+	Oid			eligible_key;	/* primary key (activity_id, user_id) */
 	AttrNumber	c[C_NCOLS];
 	AttrNumber	s[S_NCOLS];
 	Oid			key_coll[3];	/* collations of the claim key's columns */
+	Oid			eligible_coll[2];
 } DirectCache;
 
-static DirectCache cache;
-static uint64 cache_invals = 0;
-static bool callback_registered = false;
+static DirectCache cache;		/* this node's own tables */
 
-static void
-DirectInvalidate(Datum arg, Oid relid)
+/* The tables of a Citus node's shards, one entry per claim shard. */
+typedef struct DirectShards
 {
-	if (relid == InvalidOid || relid == cache.claim || relid == cache.claim_key ||
-		relid == cache.claim_seq || relid == cache.stripe || relid == cache.stripe_key)
-		cache.valid = false;
-	cache_invals++;
-}
+	Oid			claim;			/* hash key: the claim shard */
+	Oid			stripe;			/* the stripe shard and the sequence asked for */
+	Oid			seq;
+	bool		valid;			/* not invalidated since it was built */
+	DirectCache c;
+} DirectShards;
+
+#define RP_DIRECT_SHARDS_MAX 256	/* entries kept; then the cache starts over */
+
+static HTAB *shard_cache = NULL;
+static bool shard_callback = false;
+
+/* The shape of the tables the current call writes (RpDirectTake). */
+static const DirectCache *dc = NULL;
+static DirectShards *dc_shards = NULL;	/* its entry, when they are shards */
 
 /*
  * Column numbers of the named columns, checking their types; the first
@@ -216,11 +234,32 @@ FindKeyIndex(Relation rel, const AttrNumber *keys, const Oid *keytypes, int n,
 	return found;
 }
 
-/* Look the tables up by name and check their shape. */
-static bool
-DirectCacheBuild(DirectCache *c)
+/* The eligible table's primary key, when the catalog has the table. */
+static void
+FindEligibleKey(DirectCache *c)
 {
-	Oid			nsp = get_namespace_oid("redpacket", true);
+	static const Oid types[E_NCOLS] = {INT8OID, TEXTOID};
+	Relation	rel;
+	AttrNumber	keys[E_NCOLS];
+
+	if (!OidIsValid(c->eligible))
+		return;
+	rel = table_open(c->eligible, AccessShareLock);
+	for (int k = 0; k < E_NCOLS; k++)
+		keys[k] = (AttrNumber) (k + 1);
+	c->eligible_key = FindKeyIndex(rel, keys, types, E_NCOLS, c->eligible_coll);
+	table_close(rel, AccessShareLock);
+}
+
+/*
+ * Check the shape of the tables claim_rel and stripe_rel (eligible_rel may
+ * be InvalidOid); claim_seq is the sequence of claim ids, or InvalidOid for
+ * claim_id's column default.
+ */
+static bool
+DirectCacheBuild(DirectCache *c, Oid claim_rel, Oid stripe_rel, Oid eligible_rel,
+				 Oid claim_seq)
+{
 	Relation	claim;
 	Relation	stripe;
 	AttrNumber	keys[3];
@@ -228,19 +267,27 @@ DirectCacheBuild(DirectCache *c)
 	Oid			pktypes[2] = {INT8OID, INT4OID};
 
 	memset(c, 0, sizeof(*c));
-	c->claim = OidIsValid(nsp) ? get_relname_relid("claim", nsp) : InvalidOid;
-	c->stripe = OidIsValid(nsp) ? get_relname_relid("stripe", nsp) : InvalidOid;
+	c->claim = claim_rel;
+	c->stripe = stripe_rel;
+	c->eligible = eligible_rel;
 	if (!OidIsValid(c->claim) || !OidIsValid(c->stripe))
 		return false;
 
-	claim = table_open(c->claim, AccessShareLock);
-	stripe = table_open(c->stripe, AccessShareLock);
+	claim = try_table_open(c->claim, AccessShareLock);
+	stripe = claim ? try_table_open(c->stripe, AccessShareLock) : NULL;
+	if (stripe == NULL)
+	{
+		if (claim)
+			table_close(claim, AccessShareLock);
+		return false;			/* dropped since it was named (a shard moved away) */
+	}
 	if (claim->rd_rel->relkind == RELKIND_RELATION &&
 		stripe->rd_rel->relkind == RELKIND_RELATION &&
 		FindColumns(claim, claim_cols, claim_types, C_NCOLS, C_NCOLS, c->c) &&
 		FindColumns(stripe, stripe_cols, stripe_types, S_NCOLS, S_NREQUIRED, c->s))
 	{
-		c->claim_seq = DefaultSequence(claim, c->c[C_CLAIM_ID]);
+		c->claim_seq = OidIsValid(claim_seq) ? claim_seq
+			: DefaultSequence(claim, c->c[C_CLAIM_ID]);
 		keys[0] = c->c[C_ACTIVITY];
 		keys[1] = c->c[C_USER];
 		keys[2] = c->c[C_KEY];
@@ -251,30 +298,115 @@ DirectCacheBuild(DirectCache *c)
 	}
 	table_close(stripe, AccessShareLock);
 	table_close(claim, AccessShareLock);
+	FindEligibleKey(c);
 	return OidIsValid(c->claim_seq) && OidIsValid(c->claim_key) && OidIsValid(c->stripe_key);
 }
 
-/* True when the cached shape is known and fit for the direct path. */
+/* True when the shape of this node's own tables is known for the generation and fit. */
 static bool
 DirectCacheReady(void)
 {
-	uint64		invals;
+	uint64		generation = RpCatalogGeneration();
 	DirectCache built;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(DirectInvalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	if (cache.valid)
+	if (cache.generation == generation)
 		return cache.usable;
-
+	built.usable = DirectCacheBuild(&built, RpRelid(RP_REL_CLAIM), RpRelid(RP_REL_STRIPE),
+									RpRelid(RP_REL_ELIGIBLE), InvalidOid);
 	/* an invalidation while building means the result may be stale already */
-	invals = cache_invals;
-	built.usable = DirectCacheBuild(&built);
-	built.valid = (invals == cache_invals);
+	built.generation = RpCatalogGeneration() == generation ? generation : 0;
 	cache = built;
-	return cache.usable && built.valid;
+	return built.usable && built.generation != 0;
+}
+
+/* A shard entry is stale after an invalidation of one of its relations. */
+static void
+ShardInvalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS scan;
+	DirectShards *e;
+
+	if (shard_cache == NULL)
+		return;
+	hash_seq_init(&scan, shard_cache);
+	while ((e = hash_seq_search(&scan)) != NULL)
+		if (relid == InvalidOid || relid == e->c.claim || relid == e->c.claim_key ||
+			relid == e->c.claim_seq || relid == e->c.stripe || relid == e->c.stripe_key)
+			e->valid = false;
+}
+
+/*
+ * The shape of a Citus node's shard tables of an activity (scaleout.c names
+ * them, holding Citus's shard metadata locks), or NULL when not fit.  The
+ * sequence is redpacket.claim_id_seq, what the distributed table's default
+ * draws (a shard has no column default).
+ */
+static const DirectCache *
+ShardCacheReady(Oid claim_rel, Oid stripe_rel, Oid claim_seq)
+{
+	DirectShards *e;
+	bool		found;
+
+	if (!shard_callback)
+	{
+		RpOnRelcacheInvalidation(ShardInvalidate);
+		shard_callback = true;
+	}
+	if (shard_cache != NULL && hash_get_num_entries(shard_cache) >= RP_DIRECT_SHARDS_MAX &&
+		hash_search(shard_cache, &claim_rel, HASH_FIND, NULL) == NULL)
+	{
+		hash_destroy(shard_cache);
+		shard_cache = NULL;
+	}
+	if (shard_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(DirectShards);
+		ctl.hcxt = TopMemoryContext;
+		shard_cache = hash_create("redpacket direct shards", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(shard_cache, &claim_rel, HASH_ENTER, &found);
+	if (!found || !e->valid || e->stripe != stripe_rel || e->seq != claim_seq)
+	{
+		e->stripe = stripe_rel;
+		e->seq = claim_seq;
+		e->valid = true;
+		e->c.usable = DirectCacheBuild(&e->c, claim_rel, stripe_rel, InvalidOid, claim_seq);
+		if (!e->valid)
+			return NULL;		/* invalidated while it was built */
+	}
+	dc_shards = e;
+	return e->c.usable ? &e->c : NULL;
+}
+
+/*
+ * The shape of the tables this claim writes: this node's own, or on a
+ * Citus node the activity's shards; NULL when the direct path cannot write
+ * them.
+ */
+static const DirectCache *
+TablesFor(const RpActivity *act)
+{
+	Oid			claim_rel;
+	Oid			stripe_rel;
+	Oid			claim_seq;
+
+	dc_shards = NULL;
+	if (!RpDistributed())
+		return DirectCacheReady() ? &cache : NULL;
+	if (!RpShardTables(act->id, &claim_rel, &stripe_rel, &claim_seq))
+		return NULL;
+	return ShardCacheReady(claim_rel, stripe_rel, claim_seq);
+}
+
+/* What TablesFor answered is still true (no invalidation since). */
+static bool
+TablesStill(uint64 generation)
+{
+	return dc_shards ? dc_shards->valid : RpCatalogGeneration() == generation;
 }
 
 /*
@@ -393,23 +525,27 @@ OptionalInt(TupleTableSlot *slot, AttrNumber att)
 }
 
 /*
- * Can the stripe row in slot pay units for one more packet?  A fixed amount
- * is paid from what is not dealt to lucky draws.
+ * Can the stripe row in slot pay units for one more packet?  Not halted, at
+ * the revision the claim read the activity with, and enough undealt money
+ * and an undealt packet (a fixed amount is never paid from what is dealt
+ * to lucky draws).
  */
 static bool
-StripeCanPay(TupleTableSlot *slot, int64 units)
+StripeCanPay(TupleTableSlot *slot, int64 units, int64 revision)
 {
 	bool		isnull;
 	Datum		d;
 
-	d = slot_getattr(slot, cache.s[S_HALTED], &isnull);
+	d = slot_getattr(slot, dc->s[S_HALTED], &isnull);
 	if (isnull || DatumGetBool(d))
 		return false;
-	d = slot_getattr(slot, cache.s[S_BALANCE], &isnull);
-	if (isnull || DatumGetInt64(d) - OptionalInt(slot, cache.s[S_DEALT_UNITS]) < units)
+	if (OptionalInt(slot, dc->s[S_REVISION]) != revision)
 		return false;
-	d = slot_getattr(slot, cache.s[S_PACKETS], &isnull);
-	return isnull || DatumGetInt32(d) - OptionalInt(slot, cache.s[S_DEALT_COUNT]) > 0;
+	d = slot_getattr(slot, dc->s[S_BALANCE], &isnull);
+	if (isnull || DatumGetInt64(d) - OptionalInt(slot, dc->s[S_DEALT_UNITS]) < units)
+		return false;
+	d = slot_getattr(slot, dc->s[S_PACKETS], &isnull);
+	return isnull || DatumGetInt32(d) - OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0;
 }
 
 /* The row of old with units, one packet and one more claim taken. */
@@ -422,16 +558,16 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
 	memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
-	new->tts_values[cache.s[S_BALANCE] - 1] =
-		Int64GetDatum(DatumGetInt64(old->tts_values[cache.s[S_BALANCE] - 1]) - units);
-	if (!old->tts_isnull[cache.s[S_PACKETS] - 1])
-		new->tts_values[cache.s[S_PACKETS] - 1] =
-			Int32GetDatum(DatumGetInt32(old->tts_values[cache.s[S_PACKETS] - 1]) - 1);
-	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[cache.s[S_CLAIMS] - 1]), 1, &claims))
+	new->tts_values[dc->s[S_BALANCE] - 1] =
+		Int64GetDatum(DatumGetInt64(old->tts_values[dc->s[S_BALANCE] - 1]) - units);
+	if (!old->tts_isnull[dc->s[S_PACKETS] - 1])
+		new->tts_values[dc->s[S_PACKETS] - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[dc->s[S_PACKETS] - 1]) - 1);
+	if (pg_add_s64_overflow(DatumGetInt64(old->tts_values[dc->s[S_CLAIMS] - 1]), 1, &claims))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("bigint out of range")));
-	new->tts_values[cache.s[S_CLAIMS] - 1] = Int64GetDatum(claims);
+	new->tts_values[dc->s[S_CLAIMS] - 1] = Int64GetDatum(claims);
 	ExecStoreVirtualTuple(new);
 }
 
@@ -443,7 +579,8 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
  * written nothing, when the stripe cannot pay or is gone.
  */
 static bool
-DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int64 units)
+DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int stripe,
+			int64 units)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
@@ -453,9 +590,9 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 	LockTupleMode lockmode;
 	bool		update_indexes;
 
-	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(act->id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(stripe));
-	if (!FetchByKey(rel, cache.stripe_key, estate->es_snapshot, keys, 2, old))
+	if (!FetchByKey(rel, dc->stripe_key, estate->es_snapshot, keys, 2, old))
 		return false;
 
 	for (;;)
@@ -464,7 +601,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 		ItemPointerData tid = old->tts_tid;
 		bool		isnull;
 
-		if (!StripeCanPay(old, units))
+		if (!StripeCanPay(old, units, act->revision))
 			return false;
 		StripeDebited(old, new, units);
 		if (RelationGetDescr(rel)->constr)
@@ -483,7 +620,7 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
 						 errmsg("stripe %d of activity " INT64_FORMAT " was already modified by an operation triggered by the current command",
-								stripe, activity)));
+								stripe, act->id)));
 			return false;
 		}
 		if (r != TM_Updated)
@@ -497,8 +634,8 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 			return false;
 		if (r != TM_Ok)
 			elog(ERROR, "unexpected result %d locking stripe %d", (int) r, stripe);
-		if (DatumGetInt64(slot_getattr(old, cache.s[S_ACTIVITY], &isnull)) != activity ||
-			DatumGetInt32(slot_getattr(old, cache.s[S_STRIPE], &isnull)) != stripe)
+		if (DatumGetInt64(slot_getattr(old, dc->s[S_ACTIVITY], &isnull)) != act->id ||
+			DatumGetInt32(slot_getattr(old, dc->s[S_STRIPE], &isnull)) != stripe)
 			return false;
 	}
 	if (update_indexes && rri->ri_NumIndices > 0)
@@ -508,109 +645,132 @@ DebitStripe(ResultRelInfo *rri, EState *estate, int64 activity, int stripe, int6
 
 /* Is there a claim under the claim's key visible to the snapshot? */
 static bool
-ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fast,
+ClaimExists(Relation rel, Snapshot snap, int64 activity, const RpFastClaim *fc,
 			TupleTableSlot *slot)
 {
 	ScanKeyData keys[3];
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
-	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->user_id));
-	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fast->key));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
+	ScanKeyInit(&keys[2], 3, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->key));
 	for (int k = 0; k < 3; k++)
-		keys[k].sk_collation = cache.key_coll[k];
-	return FetchByKey(rel, cache.claim_key, snap, keys, 3, slot);
+		keys[k].sk_collation = dc->key_coll[k];
+	return FetchByKey(rel, dc->claim_key, snap, keys, 3, slot);
 }
 
-/* INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()) */
+/* Is the user on the restricted activity's list, as the snapshot sees it? */
+static bool
+UserEligible(EState *estate, int64 activity, const RpFastClaim *fc)
+{
+	Relation	rel;
+	TupleTableSlot *slot;
+	ScanKeyData keys[2];
+	bool		found;
+
+	if (!OidIsValid(dc->eligible_key))
+		return false;
+	rel = table_open(dc->eligible, AccessShareLock);
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(activity));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(fc->user_id));
+	keys[1].sk_collation = dc->eligible_coll[1];
+	found = FetchByKey(rel, dc->eligible_key, estate->es_snapshot, keys, 2, slot);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * INSERT INTO redpacket.claim ... VALUES (..., nextval, ..., now()), through
+ * the executor's simple-relation insert (constraints, every index).
+ */
 static void
 InsertClaim(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, int64 activity,
-			int stripe, RpFastClaim *fast)
+			int stripe, RpFastClaim *fc)
 {
-	Relation	rel = rri->ri_RelationDesc;
-	int			natts = RelationGetDescr(rel)->natts;
+	int			natts = RelationGetDescr(rri->ri_RelationDesc)->natts;
 
-	fast->claim_id = nextval_internal(cache.claim_seq, true);
-	fast->claimed_at = GetCurrentTransactionStartTimestamp();
+	fc->claim_id = nextval_internal(dc->claim_seq, true);
+	fc->claimed_at = GetCurrentTransactionStartTimestamp();
 
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, sizeof(bool) * natts);
-	slot->tts_values[cache.c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
-	slot->tts_values[cache.c[C_CLAIM_ID] - 1] = Int64GetDatum(fast->claim_id);
-	slot->tts_values[cache.c[C_USER] - 1] = PointerGetDatum(fast->user_id);
-	slot->tts_values[cache.c[C_REQUEST] - 1] = PointerGetDatum(fast->request_id);
-	slot->tts_values[cache.c[C_KEY] - 1] = PointerGetDatum(fast->key);
-	slot->tts_values[cache.c[C_AMOUNT] - 1] = NumericGetDatum(fast->amount);
-	slot->tts_values[cache.c[C_STRIPE] - 1] = Int32GetDatum(stripe);
-	slot->tts_values[cache.c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fast->claimed_at);
+	slot->tts_values[dc->c[C_ACTIVITY] - 1] = Int64GetDatum(activity);
+	slot->tts_values[dc->c[C_CLAIM_ID] - 1] = Int64GetDatum(fc->claim_id);
+	slot->tts_values[dc->c[C_USER] - 1] = PointerGetDatum(fc->user_id);
+	slot->tts_values[dc->c[C_REQUEST] - 1] = PointerGetDatum(fc->request_id);
+	slot->tts_values[dc->c[C_KEY] - 1] = PointerGetDatum(fc->key);
+	slot->tts_values[dc->c[C_AMOUNT] - 1] = NumericGetDatum(fc->amount);
+	slot->tts_values[dc->c[C_STRIPE] - 1] = Int32GetDatum(stripe);
+	slot->tts_values[dc->c[C_CLAIMED_AT] - 1] = TimestampTzGetDatum(fc->claimed_at);
 	for (int i = 0; i < C_NCOLS; i++)
-		slot->tts_isnull[cache.c[i] - 1] = false;
-	slot->tts_isnull[cache.c[C_REQUEST] - 1] = (fast->request_id == NULL);
+		slot->tts_isnull[dc->c[i] - 1] = false;
+	slot->tts_isnull[dc->c[C_REQUEST] - 1] = (fc->request_id == NULL);
 	ExecStoreVirtualTuple(slot);
-
-	if (RelationGetDescr(rel)->constr)
-		ExecConstraints(rri, slot, estate);
-	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
-	if (rri->ri_NumIndices > 0)
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+	ExecSimpleRelationInsert(rri, estate, slot);
 }
 
 /* The checks, the decrement and the insert, with the tables open. */
 static RpDirectResult
 DirectWrite(EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
-			const RpActivity *act, int stripe_no, int64 units, RpFastClaim *fast)
+			const RpActivity *act, int stripe_no, RpFastClaim *fc)
 {
 	TupleTableSlot *cslot = table_slot_create(claim->ri_RelationDesc, &estate->es_tupleTable);
 
-	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fast, cslot))
+	if (ClaimExists(claim->ri_RelationDesc, estate->es_snapshot, act->id, fc, cslot))
+		return RP_DIRECT_DIVERT;
+	if (act->restricted && !UserEligible(estate, act->id, fc))
 		return RP_DIRECT_DIVERT;
 	CheckCmdReplicaIdentity(stripe->ri_RelationDesc, CMD_UPDATE);
-	if (!DebitStripe(stripe, estate, act->id, stripe_no, units))
+	if (!DebitStripe(stripe, estate, act, stripe_no, fc->units))
 		return RP_DIRECT_DIVERT;
-	InsertClaim(claim, estate, cslot, act->id, stripe_no, fast);
+	InsertClaim(claim, estate, cslot, act->id, stripe_no, fc);
 	return RP_DIRECT_TOOK;
 }
 
 /*
  * The fast path's one attempt on a stripe whose lock the caller holds,
  * with the user's lock held and under READ COMMITTED: RP_DIRECT_TOOK (the
- * stripe paid and the claim is inserted, fast->claim_id and claimed_at
- * set), RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
- * RP_DIRECT_UNUSED (the direct path does not apply: run the SQL).
+ * stripe paid and the claim is inserted, claim_id and claimed_at set),
+ * RP_DIRECT_DIVERT (nothing written: the careful path tells why), or
+ * RP_DIRECT_UNUSED (the direct path does not apply: another backend runs).
  */
 RpDirectResult
-RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
+RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 {
 	EState	   *estate;
 	MemoryContext old;
 	ResultRelInfo *claim;
 	ResultRelInfo *stripes;
 	RpDirectResult result = RP_DIRECT_UNUSED;
+	uint64		generation;
 
 	/* a read-only transaction (or a standby): the SQL raises 25006 */
 	if (!rp_direct_claims || act->per_user_limit != 1 || XactReadOnly ||
-		IsInParallelMode() || RpDistributed())
+		IsInParallelMode())
 		return RP_DIRECT_UNUSED;
 	/* an auditing or access-control module checks what the executor writes */
 	if (ExecutorCheckPerms_hook != NULL)
 		return RP_DIRECT_UNUSED;
-	if (!DirectCacheReady())
+	dc = TablesFor(act);
+	if (dc == NULL)
 	{
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe is not shaped as the direct path expects")));
 		return RP_DIRECT_UNUSED;
 	}
+	generation = RpCatalogGeneration();
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	claim = OpenTarget(cache.claim);
-	stripes = claim ? OpenTarget(cache.stripe) : NULL;
+	claim = OpenTarget(dc->claim);
+	stripes = claim ? OpenTarget(dc->stripe) : NULL;
 
 	/*
 	 * Taking the tables' locks may have waited for an ALTER and processed
-	 * its invalidation: what was cached before may be stale.  The SQL path
-	 * serves this call; the next one rebuilds the cache.
+	 * its invalidation: what was learned before may be stale.  The SQL path
+	 * serves this call; the next one learns again.
 	 */
-	if (claim && stripes && cache.valid &&
+	if (claim && stripes && TablesStill(generation) &&
 		PlainTables(claim->ri_RelationDesc, stripes->ri_RelationDesc) &&
 		Permitted(claim->ri_RelationDesc, stripes->ri_RelationDesc))
 	{
@@ -619,10 +779,10 @@ RpDirectTake(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		estate->es_snapshot = GetActiveSnapshot();
 		estate->es_output_cid = GetCurrentCommandId(true);
-		result = DirectWrite(estate, claim, stripes, act, stripe, units, fast);
+		result = DirectWrite(estate, claim, stripes, act, stripe, fc);
 		PopActiveSnapshot();
-		if (result == RP_DIRECT_TOOK)
-			ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path")));
+		ereport(DEBUG1, (errmsg_internal("redpacket: claim took the direct path (%s)",
+										 result == RP_DIRECT_TOOK ? "paid" : "diverted")));
 	}
 	else
 		ereport(DEBUG1,

@@ -2,9 +2,8 @@
  * eligible.c
  *		Eligibility lists: a restricted activity (rp_create_activity(...,
  *		restricted => true)) pays only the users on its list,
- *		redpacket.eligible; anyone else gets not_eligible.  rp_allow and
- *		rp_disallow change the list in bulk; RpUserEligible and
- *		RpUsersEligible answer for the claim paths.
+ *		redpacket.eligible; anyone else gets not_eligible (the claim
+ *		engine's rules.c).  rp_allow and rp_disallow change the list in bulk.
  *
  *		Locks.  A claim decides eligibility holding its user's lock and
  *		bucket (locks.c).  rp_allow and rp_disallow hold the buckets of the
@@ -19,37 +18,15 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 
 #include "change.h"
-#include "eligible.h"
+#include "locks.h"
 
 PG_FUNCTION_INFO_V1(rp_allow);
 PG_FUNCTION_INFO_V1(rp_disallow);
-
-/* One probe of the list's primary key (generic off Citus: RpPreparedOn). */
-static RpPlan probe_one = {
-	"SELECT 1 FROM redpacket.eligible e"
-	" WHERE e.activity_id OPERATOR(pg_catalog.=) $1 AND e.user_id OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, TEXTOID}, NULL, true
-};
-
-/*
- * The listed ones of many users: one probe each (the LIMIT keeps the
- * planner from joining with the activity's whole list).
- */
-static RpPlan probe_many = {
-	"SELECT k.ord FROM pg_catalog.unnest($2::pg_catalog.text[]) WITH ORDINALITY AS k(user_id, ord)"
-	" CROSS JOIN LATERAL (SELECT 1 FROM redpacket.eligible e"
-	"                      WHERE e.activity_id OPERATOR(pg_catalog.=) $1"
-	"                        AND e.user_id OPERATOR(pg_catalog.=) k.user_id LIMIT 1) e",
-	2, {INT8OID, TEXTARRAYOID}, NULL, true
-};
 
 static RpPlan list_state = {
 	"SELECT a.restricted, a.closed_at IS NOT NULL FROM redpacket.activity a"
@@ -71,106 +48,6 @@ static RpPlan delete_list = {
 	"   AND e.user_id OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[])",
 	2, {INT8OID, TEXTARRAYOID}
 };
-
-/* Run a probe with the statement's snapshot, or with snap. */
-static uint64
-Probe(RpPlan *p, Datum *values, Snapshot snap)
-{
-	SPIPlanPtr	plan = RpPreparedOn(p, RpDistributed());
-	int			rc;
-
-	if (snap == InvalidSnapshot)
-		rc = SPI_execute_plan(plan, values, NULL, false, 0);
-	else
-		rc = SPI_execute_snapshot(plan, values, NULL, snap, InvalidSnapshot, true, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read the eligibility list: %s", SPI_result_code_string(rc));
-	return SPI_processed;
-}
-
-static void
-ChangedSinceSnapshot(int64 activity)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("could not serialize access to the eligibility list of activity " INT64_FORMAT,
-					activity),
-			 errdetail("The list changed in a transaction that committed after this transaction's snapshot."),
-			 errhint("Retry the transaction.")));
-}
-
-static bool
-Restricted(int64 activity)
-{
-	RpActivity	meta;
-
-	return RpActivityMeta(activity, &meta) && meta.restricted;
-}
-
-bool
-RpUserEligible(const RpActivity *act, text *user_id)
-{
-	Datum		values[2];
-	bool		listed;
-
-	if (!Restricted(act->id))
-		return true;
-	values[0] = Int64GetDatum(act->id);
-	values[1] = PointerGetDatum(user_id);
-	listed = Probe(&probe_one, values, InvalidSnapshot) > 0;
-	if (IsolationUsesXactSnapshot() &&
-		(Probe(&probe_one, values, GetLatestSnapshot()) > 0) != listed)
-		ChangedSinceSnapshot(act->id);
-	return listed;
-}
-
-/* Mark eligible[ord - 1] for every row of the last probe_many. */
-static void
-MarkListed(bool *eligible, int n)
-{
-	memset(eligible, 0, sizeof(bool) * n);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		int64		ord = RpGetInt64((int) r, 1, 0);
-
-		if (ord >= 1 && ord <= n)
-			eligible[ord - 1] = true;
-	}
-}
-
-void
-RpUsersEligible(const RpActivity *act, text *const *user_ids, int n, bool *eligible)
-{
-	Datum	   *d;
-	Datum		values[2];
-
-	if (n <= 0)
-		return;
-	if (!Restricted(act->id))
-	{
-		for (int i = 0; i < n; i++)
-			eligible[i] = true;
-		return;
-	}
-	d = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-		d[i] = PointerGetDatum(user_ids[i]);
-	values[0] = Int64GetDatum(act->id);
-	values[1] = PointerGetDatum(construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT));
-	(void) Probe(&probe_many, values, InvalidSnapshot);
-	MarkListed(eligible, n);
-	if (IsolationUsesXactSnapshot())
-	{
-		bool	   *latest = palloc(sizeof(bool) * n);
-
-		(void) Probe(&probe_many, values, GetLatestSnapshot());
-		MarkListed(latest, n);
-		if (memcmp(latest, eligible, sizeof(bool) * n) != 0)
-			ChangedSinceSnapshot(act->id);
-		pfree(latest);
-	}
-	pfree(d);
-}
 
 /*
  * The list of a restricted activity that is not settled may change:
@@ -243,7 +120,7 @@ LockBuckets(int64 activity, const Datum *users, int n)
 		used[RpUserHash(DatumGetTextPP(users[i])) % RP_USER_BUCKETS] = true;
 	for (uint32 b = 0; b < RP_USER_BUCKETS; b++)
 		if (used[b])
-			RpWaitLock(RP_LOCK_BUCKET, activity, b, ExclusiveLock);
+			(void) RpWaitLock(RP_LOCK_BUCKET, activity, b, ExclusiveLock);	/* never busy here */
 	RpNoteHeld(activity);		/* the buckets stay locked: rule 4 in locks.c */
 }
 

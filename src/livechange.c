@@ -14,7 +14,12 @@
  *		include): a top-up adds to balance and packets only, a withdrawal
  *		takes only from balance - dealt_units, and leaves a capped activity
  *		at least one undealt minor unit for each undealt packet, so every
- *		remaining packet stays claimable.
+ *		remaining packet stays claimable.  When the undealt money cannot
+ *		cover a withdrawal, the dealt amounts first go back to the undealt
+ *		pool, as they do for a fixed claim that needs them (alloc.c, rule
+ *		3): the next lucky draw deals again from what is left.  A small
+ *		lucky-draw activity is dealt whole at creation, so without this
+ *		nothing of it could be withdrawn.
  */
 #include "postgres.h"
 
@@ -68,6 +73,24 @@ static RpPlan adjust_stripes = {
 	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) d.stripe"
 	"   AND s.balance OPERATOR(pg_catalog.+) d.units OPERATOR(pg_catalog.>=) s.dealt_units",
 	5, {INT8OID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT8OID}
+};
+
+/*
+ * The activity as it is now, its row locked against the other changes
+ * (under REPEATABLE READ one committed after the snapshot is a
+ * serialization failure); the live changes exist from 1.4 on.
+ */
+static RpPlan lock_activity = {
+	"SELECT " RP_ACTIVITY_SELECT_14 " FROM redpacket.activity a"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+	1, {INT8OID}
+};
+
+/* Every dealt amount back to the undealt pool (balance and packets keep them). */
+static RpPlan undeal = {
+	"UPDATE redpacket.stripe s SET dealt = NULL, dealt_units = 0, dealt_count = 0"
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.dealt_count OPERATOR(pg_catalog.<>) 0",
+	1, {INT8OID}
 };
 
 static RpPlan bump_revision = {
@@ -187,6 +210,16 @@ BumpRevision(int64 activity)
 }
 
 static void
+LockActivityRow(RpActivity *act)
+{
+	Datum		id = Int64GetDatum(act->id);
+
+	if (RpExec(&lock_activity, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not lock activity " INT64_FORMAT, act->id);
+	RpActivityFromRow(act->id, 1, act);
+}
+
+static void
 RefuseSettled(const RpActivity *act, const char *func)
 {
 	if (act->closed)
@@ -221,7 +254,7 @@ ChangeLock(RpActivity *act, const char *func)
 {
 	RpWaitAllStripes(act);
 	RpNoteHeld(act->id);
-	RpLockActivityRow(act->id, act);
+	LockActivityRow(act);
 	RefuseSettled(act, func);
 	RpCheckStripeRows(act);
 }
@@ -402,6 +435,27 @@ rp_top_up(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The most a withdrawal may take: the money less a minor unit for each
+ * packet (capped), of the undealt part only or of all of it.
+ */
+static int64
+Withdrawable(const Stripes *st, bool capped, bool with_dealt)
+{
+	if (with_dealt)
+		return st->total - (capped ? st->total_packets : 0);
+	return st->total_undealt - (capped ? st->total_undealt_packets : 0);
+}
+
+static void
+Undeal(const RpActivity *act)
+{
+	Datum		id = Int64GetDatum(act->id);
+
+	if (RpExec(&undeal, &id, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not update the stripes of activity " INT64_FORMAT, act->id);
+}
+
+/*
  * rp_withdraw(activity, amount, reason DEFAULT NULL): back to the funder;
  * returns the remaining budget.
  */
@@ -411,7 +465,7 @@ rp_withdraw(PG_FUNCTION_ARGS)
 	RpActivity	act;
 	int64		units;
 	Stripes		st;
-	int64		most;
+	bool		capped;
 	int64	   *take;
 	char	   *before;
 	char	   *reason = Reason(fcinfo, 2);
@@ -423,25 +477,31 @@ rp_withdraw(PG_FUNCTION_ARGS)
 	units = RpAmountToUnits(PG_GETARG_NUMERIC(1), act.scale, "amount");
 
 	ChangeLock(&act, "rp_withdraw");
+	capped = act.packets != 0;
 	ReadStripes(&act, &st);
-	most = st.total_undealt - (act.packets != 0 ? st.total_undealt_packets : 0);
-	if (units > most)
+	if (units > Withdrawable(&st, capped, true))
+	{
+		char	   *most = DatumGetCString(DirectFunctionCall1(numeric_out,
+															   NumericGetDatum(RpUnitsToAmount(Max(Withdrawable(&st, capped, true), 0), act.scale))));
+
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cannot withdraw %s from activity " INT64_FORMAT,
 						DatumGetCString(DirectFunctionCall1(numeric_out, PG_GETARG_DATUM(1))), act.id),
-				 act.packets != 0 ?
-				 errdetail("At most %s can be withdrawn: the remaining budget less what lucky draws were dealt, less one minor unit for each of its " INT64_FORMAT " remaining packets.",
-						   DatumGetCString(DirectFunctionCall1(numeric_out,
-															   NumericGetDatum(RpUnitsToAmount(Max(most, 0), act.scale)))),
-						   st.total_undealt_packets) :
-				 errdetail("At most %s can be withdrawn: the remaining budget.",
-						   DatumGetCString(DirectFunctionCall1(numeric_out,
-															   NumericGetDatum(RpUnitsToAmount(Max(most, 0), act.scale)))))));
+				 capped ?
+				 errdetail("At most %s can be withdrawn: the remaining budget less one minor unit for each of its " INT64_FORMAT " remaining packets.",
+						   most, st.total_packets) :
+				 errdetail("At most %s can be withdrawn: the remaining budget.", most)));
+	}
+	if (units > Withdrawable(&st, capped, false))
+	{
+		Undeal(&act);
+		ReadStripes(&act, &st);
+	}
 
 	before = RpActivityState(act.id, RP_MONEY_FIELDS);
 	take = palloc(sizeof(int64) * Max(st.n, 1));
-	PlanWithdraw(&st, act.packets != 0, units, take);
+	PlanWithdraw(&st, capped, units, take);
 	for (int i = 0; i < st.n; i++)
 		take[i] = -take[i];
 	AdjustStripes(&act, &st, take, palloc0(sizeof(int32) * Max(st.n, 1)), 0);

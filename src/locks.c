@@ -74,7 +74,7 @@
  *		was dropped.  Earlier still, a batch gave back its user locks before
  *		every stripe wait and took them again after it, as single claims do:
  *		under 256 concurrent batches that was a loop of hundreds of lock
- *		manager calls per wait (issue 14).  Then, without the gate, 256
+ *		manager calls per wait.  Then, without the gate, 256
  *		batches of 100 users on 16 stripes meant ~240 of them waiting for a
  *		stripe holding ~150 user and bucket locks each (~38,000 locks in
  *		the shared lock table); with it, at most one batch per stripe holds
@@ -88,10 +88,14 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
-#include "redpacket.h"
+#include "locks.h"
+#include "stripe.h"
 
 uint32
 RpUserHash(text *user_id)
@@ -101,22 +105,21 @@ RpUserHash(text *user_id)
 }
 
 /*
- * The activities on which this transaction has kept locks from a claim or
- * a batch (a few; past that, every activity counts as held).
+ * The activities on which this transaction keeps locks from a claim, a
+ * batch, a freeze or a close: every one of them, in memory of the
+ * transaction (a transaction that holds locks of many activities holds
+ * that many locks anyway).
  */
-#define RP_HELD_MAX 8
 static LocalTransactionId held_lxid = InvalidLocalTransactionId;
 static int	held_n = 0;
-static bool held_overflow = false;
-static int64 held_ids[RP_HELD_MAX];
+static int	held_max = 0;
+static int64 *held_ids = NULL;
 
 bool
 RpHeldEarlier(int64 activity)
 {
 	if (held_lxid != MyProc->lxid)
 		return false;
-	if (held_overflow)
-		return true;
 	for (int i = 0; i < held_n; i++)
 		if (held_ids[i] == activity)
 			return true;
@@ -131,31 +134,83 @@ RpNoteHeld(int64 activity)
 	{
 		held_lxid = MyProc->lxid;
 		held_n = 0;
-		held_overflow = false;
+		held_max = 8;
+		held_ids = MemoryContextAlloc(TopTransactionContext, sizeof(int64) * held_max);
 	}
 	if (RpHeldEarlier(activity))
 		return;
-	if (held_n < RP_HELD_MAX)
-		held_ids[held_n++] = activity;
-	else
-		held_overflow = true;
+	if (held_n == held_max)
+	{
+		held_max *= 2;
+		held_ids = repalloc(held_ids, sizeof(int64) * held_max);
+	}
+	held_ids[held_n++] = activity;
+}
+
+/*
+ * Load shedding (redpacket.max_waiting).  While a claim or batch waits for
+ * a lock of its activity it holds the activity's waiting marker (a lock
+ * mode that conflicts with none of the modes it is taken in); a call that
+ * would wait while max_waiting others hold it answers busy instead, having
+ * waited for nothing.  Only inside RpBusyScope (rp_claim and rp_claim_batch
+ * on a 1.4 catalog, which has the status).  Every waiting claim holds the
+ * marker, whatever its own setting, so that a session with the setting
+ * counts the waits of sessions without it; the marker costs one lock per
+ * wait, next to a wait for a commit.
+ */
+int			rp_max_waiting = 0;
+static bool busy_scope = false;
+
+bool
+RpBusyScope(bool on)
+{
+	bool		outer = busy_scope;
+
+	busy_scope = on;
+	return outer;
+}
+
+static bool
+TooManyWaiting(int64 activity)
+{
+	LOCKTAG		tag;
+	uint64		a = (uint64) activity;
+	int			waiting = 0;
+
+	if (!busy_scope || rp_max_waiting <= 0)
+		return false;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (a ^ (a >> 32)), 0,
+						 (uint16) RP_LOCK_WAITING);
+	(void) GetLockConflicts(&tag, AccessExclusiveLock, &waiting);
+	return waiting >= rp_max_waiting;
 }
 
 /*
  * Wait for a lock of the activity (every wait of the claim paths comes
- * through here; see rule 4 above).
+ * through here; see rule 4 above).  Returns false, having waited for
+ * nothing and taken nothing, when the call must answer busy.
  */
-void
+bool
 RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
+	bool		marked;
+
 	if (RpLockMode(kind, activity, sub, mode, false))
-		return;					/* free: no wait, no setting to change */
+		return true;			/* free: no wait, no setting to change */
+	if (TooManyWaiting(activity))
+		return false;
+	marked = busy_scope;
+	if (marked)
+		(void) RpLockMode(RP_LOCK_WAITING, activity, 0, RowShareLock, true);
 	RpPatientBegin(activity);
 	(void) RpLockMode(kind, activity, sub, mode, true);
 	RpPatientEnd();
+	if (marked)
+		RpUnlockMode(RP_LOCK_WAITING, activity, 0, RowShareLock);
+	return true;
 }
 
-/* Every stripe in stripe order, patiently: for gatherers and batches. */
+/* Every stripe in stripe order, patiently: for close, freeze and reconciliation. */
 void
 RpWaitAllStripes(const RpActivity *act)
 {
@@ -165,9 +220,27 @@ RpWaitAllStripes(const RpActivity *act)
 }
 
 /*
+ * Every stripe in stripe order, for a gathering claim or batch: false,
+ * holding none of them, when it must answer busy.
+ */
+bool
+RpWaitAllStripesOrBusy(const RpActivity *act)
+{
+	for (int s = 0; s < act->stripes; s++)
+		if (!RpWaitLock(RP_LOCK_STRIPE, act->id, (uint32) s, ExclusiveLock))
+		{
+			while (--s >= 0)
+				RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+			return false;
+		}
+	return true;
+}
+
+/*
  * Take a single claim's user lock and bucket lock.  Without wait, only if
  * both are free.  With wait, each wait holds neither (rule 1), except for a
- * gatherer, which holds its stripes (rule 3).
+ * gatherer, which holds the gather lock (rule 3); false, holding neither,
+ * when the claim must answer busy instead of waiting.
  */
 bool
 RpLockUser(int64 activity, uint32 user_hash, bool wait)
@@ -185,11 +258,13 @@ RpLockUser(int64 activity, uint32 user_hash, bool wait)
 	}
 	for (;;)
 	{
-		RpWaitLock(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+		if (!RpWaitLock(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock))
+			return false;
 		if (RpLock(RP_LOCK_USER, activity, user_hash, false))
 			return true;
 		RpUnlockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
-		RpWaitLock(RP_LOCK_USER, activity, user_hash, ExclusiveLock);
+		if (!RpWaitLock(RP_LOCK_USER, activity, user_hash, ExclusiveLock))
+			return false;
 		if (RpLockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock, false))
 			return true;
 		RpUnlock(RP_LOCK_USER, activity, user_hash);
@@ -238,14 +313,22 @@ RpPatientEnd(void)
 
 /*
  * Rule 3: holding nothing, become the gatherer: the gather lock, then the
- * claim's user lock, then every stripe in stripe order.
+ * claim's user lock, then every stripe in stripe order.  False, holding
+ * none of them, when the claim must answer busy instead.
  */
-void
+bool
 RpGatherBegin(const RpActivity *act, uint32 user_hash)
 {
-	RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock);
-	(void) RpLockUser(act->id, user_hash, true);
-	RpWaitAllStripes(act);
+	if (!RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock))
+		return false;
+	if (RpLockUser(act->id, user_hash, true))
+	{
+		if (RpWaitAllStripesOrBusy(act))
+			return true;
+		RpUnlockUser(act->id, user_hash);
+	}
+	RpUnlock(RP_LOCK_GATHER, act->id, 0);
+	return false;
 }
 
 /*
@@ -257,7 +340,7 @@ RpGatherBegin(const RpActivity *act, uint32 user_hash)
  * stripes at once; the other batches wait for a slot holding
  * no lock of the activity: one lock each, however many users they carry.
  * Without it, hundreds of batches waited for a few stripes holding ~150
- * user and bucket locks each (issue 14).  A transaction that holds locks
+ * user and bucket locks each.  A transaction that holds locks
  * of earlier claims on the activity (rule 4), including a slot of its own,
  * passes: it never waits for the gate.
  */
@@ -274,7 +357,8 @@ RpBatchGateEnter(const RpActivity *act)
 	for (uint32 i = 0; i < slots; i++)
 		if (RpLock(RP_LOCK_GATE, act->id, (start + i) % slots, false))
 			return (int) ((start + i) % slots);
-	RpWaitLock(RP_LOCK_GATE, act->id, start, ExclusiveLock);
+	if (!RpWaitLock(RP_LOCK_GATE, act->id, start, ExclusiveLock))
+		return RP_GATE_BUSY;
 	return (int) start;
 }
 
@@ -298,4 +382,16 @@ RpGatherEnd(const RpActivity *act)
 	for (int s = 0; s < act->stripes; s++)
 		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
 	RpUnlock(RP_LOCK_GATHER, act->id, 0);
+}
+
+/* The protocol's setting: called from _PG_init. */
+void
+RpLocksInit(void)
+{
+	DefineCustomIntVariable("redpacket.max_waiting",
+							"Most claims that may wait for a lock of one activity; further ones answer busy.",
+							"A claim or batch that would wait for a stripe, the gather lock or a batch gate slot while this many claims of the activity already wait answers busy at once, having written nothing. 0 means no limit.",
+							&rp_max_waiting,
+							RP_DEFAULT_MAX_WAITING, RP_MIN_MAX_WAITING, RP_MAX_MAX_WAITING,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 }

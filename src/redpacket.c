@@ -10,6 +10,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "locks.h"
 #include "redpacket.h"
 
 PG_MODULE_MAGIC;
@@ -76,7 +77,7 @@ _PG_init(void)
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("redpacket.direct_claims",
-							 "Let single claims on a single node take the executor-direct fast path.",
+							 "Let single claims take the executor-direct fast path on this node's tables or shards.",
 							 "A developer switch: off forces the fast path's SQL statement (the SPI path) everywhere, to test both paths.",
 							 &rp_direct_claims,
 							 true,
@@ -115,6 +116,8 @@ _PG_init(void)
 								RP_MAX_STATS_MAX_ACTIVITIES,
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	}
+
+	RpLocksInit();
 
 	MarkGUCPrefixReserved("redpacket");
 

@@ -10,6 +10,7 @@
 #include "fmgr.h"
 #include "executor/spi.h"
 #include "storage/lock.h"
+#include "utils/inval.h"
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -71,7 +72,8 @@ typedef enum RpLockKind
 	RP_LOCK_RECONCILE = 0x5203,	/* the single reconciliation pass */
 	RP_LOCK_BUCKET = 0x5204,	/* a bucket of an activity's users (batches) */
 	RP_LOCK_GATHER = 0x5205,	/* one claim or batch waits for every stripe */
-	RP_LOCK_GATE = 0x5206		/* a batch's admission slot (locks.c) */
+	RP_LOCK_GATE = 0x5206,		/* a batch's admission slot (locks.c) */
+	RP_LOCK_WAITING = 0x5207	/* held by a claim while it waits (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
@@ -109,6 +111,9 @@ extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *null
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
 
+/* base.c: the library's one relcache invalidation callback, shared by its caches */
+extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
+
 /* base.c: what the installed catalog is, and whether a restore is running */
 #define RP_CATALOG_1_0 100
 #define RP_CATALOG_1_1 101
@@ -122,7 +127,7 @@ extern bool RpRestoring(void);
 typedef struct RpActivity
 {
 	int64		id;
-	int32		packets;		/* 0 when there is no packet cap */
+	int32		packets;		/* the cap it was created with; 0 when there is none */
 	int			scale;
 	int			stripes;
 	int			per_user_limit;
@@ -130,14 +135,34 @@ typedef struct RpActivity
 	TimestampTz ends_at;		/* DT_NOEND when open-ended */
 	bool		closed;
 	bool		frozen;
-	bool		restricted;		/* 1.4: pays only the users on its list (eligible.h) */
+	int64		revision;		/* 0 before 1.4 */
+	bool		restricted;		/* false before 1.4 */
 } RpActivity;
 
-/* activity.c */
-extern void RpActivityFromRow(int64 id, RpActivity *act);
+/*
+ * meta.c: every statement that reads an activity selects these columns,
+ * in this order, from redpacket.activity a (the 1.3 form fills the 1.4
+ * columns with their defaults); RpActivityFromRow reads them from row 0 of
+ * the last SPI result starting at column first, RP_ACT_<name> places after.
+ */
+enum
+{
+	RP_ACT_TOTAL, RP_ACT_PACKETS, RP_ACT_SCALE, RP_ACT_STRIPES, RP_ACT_PER_USER_LIMIT,
+	RP_ACT_STARTS_AT, RP_ACT_ENDS_AT, RP_ACT_CLOSED, RP_ACT_FROZEN, RP_ACT_REVISION,
+	RP_ACT_RESTRICTED, RP_ACT_NCOLS
+};
+#define RP_ACTIVITY_SELECT_13 \
+	"a.total, a.packets, a.scale, a.stripes, a.per_user_limit, a.starts_at, a.ends_at," \
+	" a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL, 0::pg_catalog.int8, false"
+#define RP_ACTIVITY_SELECT_14 \
+	"a.total, a.packets, a.scale, a.stripes, a.per_user_limit, a.starts_at, a.ends_at," \
+	" a.closed_at IS NOT NULL, a.frozen_reason IS NOT NULL, a.revision, a.restricted"
+extern void RpActivityFromRow(int64 id, int first, RpActivity *act);
 extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
 extern bool RpActivityMeta(int64 id, RpActivity *act);
-extern void RpLockActivityRow(int64 id, RpActivity *act);
+extern void RpActivityMetaRemember(const RpActivity *act);
+
+/* activity.c */
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
 extern void RpCheckStripeRows(const RpActivity *act);
@@ -153,53 +178,9 @@ extern void RpCheckRequestId(text *request_id);
 extern void RpCheckBatchSize(int n);
 
 /*
- * alloc.c: the allocator, a pure function.  balance and packets are what is
- * left in each stripe (packets 0 when the activity does not count them);
- * visible marks the stripes the caller holds (NULL: all of them); units is
- * the fixed amount, or 0 for a lucky draw, drawn by draw(balance, packets).
- * On RP_PLAN_PAID, take[s] is what stripe s pays (take has n entries, owned
- * by the caller) and primary the stripe that counts the packet and claim.
+ * SQL shared by batch.c's claim insert and its Citus shard twin
+ * (scaleout.c): the rows of a batch's claims from its arrays $2..$6.
  */
-typedef enum RpPlanResult
-{
-	RP_PLAN_PAID,
-	RP_PLAN_NEED_ALL,			/* the stripes held cannot pay: hold them all */
-	RP_PLAN_EXHAUSTED			/* every stripe held, and they cannot pay */
-} RpPlanResult;
-
-typedef struct RpPlanIn
-{
-	int			n;
-	const int64 *balance;
-	const int64 *packets;
-	const bool *visible;
-	bool		capped;			/* the activity counts packets */
-	int			start;			/* first stripe to look at */
-	int64		units;
-	int64		(*draw) (int64 balance, int64 packets);
-} RpPlanIn;
-
-typedef struct RpPlanOut
-{
-	int			primary;
-	int64		units;
-	int64	   *take;
-} RpPlanOut;
-
-extern RpPlanResult RpPlanClaim(const RpPlanIn *in, RpPlanOut *out);
-
-/*
- * SQL shared by the single-node statements and their Citus shard twins
- * (scaleout.c): the fast decrement's SET and WHERE clauses, and the rows of
- * a batch's claim insert from its arrays $2..$6.
- */
-#define RP_SQL_TAKE_FIXED \
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
-	"       packets = packets OPERATOR(pg_catalog.-) 1," \
-	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2" \
-	"   AND balance OPERATOR(pg_catalog.>=) $3" \
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0) AND NOT halted"
 #define RP_SQL_BATCH_ROWS \
 	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
 	"                   pg_catalog.unnest($3::pg_catalog.text[])," \
@@ -210,66 +191,12 @@ extern RpPlanResult RpPlanClaim(const RpPlanIn *in, RpPlanOut *out);
 	"  ORDER BY k.ord" \
 	" RETURNING claim_id, claimed_at"
 
-/* stripe.c: picking, decrementing and gathering stripes of one activity */
-typedef enum RpTakeResult
-{
-	RP_TAKE_OK,
-	RP_TAKE_EXHAUSTED,
-	RP_TAKE_FROZEN,				/* frozen since the activity was read */
-	RP_TAKE_ENDED,				/* closed since the activity was read */
-	RP_TAKE_DIVERT,				/* fast path gave up: use the careful path */
-	RP_TAKE_WAIT,				/* stripe *stripe is busy: wait for it, then retry */
-	RP_TAKE_GATHER				/* needs every stripe, *stripe is busy: gather */
-} RpTakeResult;
-
-/*
- * The claim a fast-path take inserts in the same statement as its stripe
- * decrement (see stripe.c).
- */
-typedef struct RpFastClaim
-{
-	text	   *user_id;
-	text	   *request_id;		/* may be NULL */
-	text	   *key;			/* idempotency key */
-	Numeric		amount;
-	int64		claim_id;		/* out */
-	TimestampTz claimed_at;		/* out */
-} RpFastClaim;
-
-extern RpTakeResult RpTake(const RpActivity *act, int64 *units, int *stripe,
-						   RpFastClaim *fast);
-extern void RpLockAllStripes(const RpActivity *act);
-extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
-extern int	RpStartStripe(const RpActivity *act);
-extern void RpRememberStripe(const RpActivity *act, int stripe);
-extern int64 RpDrawUnits(int64 balance, int64 packets);
-
-/* direct.c: the fast path through the executor, on a single node */
-typedef enum RpDirectResult
-{
-	RP_DIRECT_TOOK,				/* paid and claimed */
-	RP_DIRECT_DIVERT,			/* nothing written: the careful path decides */
-	RP_DIRECT_UNUSED			/* not applicable: run the fast path's SQL */
-} RpDirectResult;
-
-extern RpDirectResult RpDirectTake(const RpActivity *act, int stripe, int64 units,
-								   RpFastClaim *fast);
-
-/* locks.c: the claim paths' locking protocol (see the comment there) */
-#define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
-extern uint32 RpUserHash(text *user_id);
-extern bool RpLockUser(int64 activity, uint32 user_hash, bool wait);
-extern void RpUnlockUser(int64 activity, uint32 user_hash);
-extern void RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
-extern void RpGatherBegin(const RpActivity *act, uint32 user_hash);
-extern void RpPatientBegin(int64 activity);
-extern void RpPatientEnd(void);
+/* locks.c (locks.h declares the claim paths' protocol) */
 extern void RpWaitAllStripes(const RpActivity *act);
-extern void RpGatherEnd(const RpActivity *act);
-extern int	RpBatchGateEnter(const RpActivity *act);
-extern void RpBatchGateLeave(int64 activity, int slot);
 extern bool RpHeldEarlier(int64 activity);
 extern void RpNoteHeld(int64 activity);
+#define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
+extern uint32 RpUserHash(text *user_id);
 
 /* claim.c: one claim, and its outcome as SQL columns */
 typedef enum RpStatus			/* the labels of the SQL enum claim_status */
@@ -295,8 +222,6 @@ typedef struct RpOutcome
 	TimestampTz claimed_at;
 } RpOutcome;
 
-extern void RpClaimOne(int64 activity, text *user_id, Numeric amount, text *request_id,
-					   RpOutcome *out);
 extern Datum RpStatusDatum(Oid enumtype, RpStatus status);
 extern void RpOutcomeColumns(const RpOutcome *o, Oid statustype, Datum *values, bool *nulls);
 
@@ -329,8 +254,7 @@ extern bool RpDistributed(void);
 extern bool RpActivityIsLocal(int64 activity);
 extern bool RpActivityPlacement(int64 activity, char **where);
 extern void RpRequireLocalActivity(int64 activity);
-extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
-							 RpFastClaim *fast);
+extern bool RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq);
 extern int	RpShardInsertClaims(int64 activity, Datum *values);
 extern void RpReconcileCluster(bool full_check, Tuplestorestate *out);
 

@@ -15,9 +15,10 @@
  *		undistribute_table() both send.  On a distributed cluster the
  *		activities this node holds are cached per backend.
  *
- *		Also here: the claim path's hot statements on the local shard tables
- *		(RpShardFastClaim, RpShardInsertClaims), and the cluster-wide
- *		rp_reconcile() (RpReconcileCluster).
+ *		Also here: the local shard tables of an activity, which the fast
+ *		claim writes (direct.c through RpShardTables, else RpShardFastClaim's
+ *		statements) and a batch inserts into (RpShardInsertClaims), and the
+ *		cluster-wide rp_reconcile() (RpReconcileCluster).
  */
 #include "postgres.h"
 
@@ -32,6 +33,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "fast.h"
 #include "redpacket.h"
 
 /* Is redpacket.activity a Citus distributed table? */
@@ -83,6 +85,7 @@ typedef struct RpLocalShards
 	uint64		claim_shard;
 	Oid			stripe_rel;
 	Oid			claim_rel;
+	Oid			claim_seq;		/* redpacket.claim_id_seq */
 } RpLocalShards;
 
 #define RP_LOCAL_SHARDS_MAX 4096	/* entries kept; then the cache starts over */
@@ -92,7 +95,7 @@ static HTAB *local_shards = NULL;
 /*
  * The activity's shard ids, and the shard tables when this node holds
  * them (placement in this node's group; a table left behind by a move is
- * not enough).
+ * not enough); the sequence of claim ids, by the name the SQL uses.
  */
 static RpPlan shards_of = {
 	"SELECT x.st, x.cl, (SELECT p.groupid OPERATOR(pg_catalog.=) g.groupid"
@@ -100,7 +103,8 @@ static RpPlan shards_of = {
 	"                     WHERE p.shardid OPERATOR(pg_catalog.=) x.cl"
 	"                     ORDER BY 1 DESC LIMIT 1),"
 	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.stripe'::pg_catalog.regclass, x.st)),"
-	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.claim'::pg_catalog.regclass, x.cl))"
+	"       pg_catalog.to_regclass(pg_catalog.shard_name('redpacket.claim'::pg_catalog.regclass, x.cl)),"
+	"       pg_catalog.to_regclass('redpacket.claim_id_seq')"
 	"  FROM (SELECT pg_catalog.get_shard_id_for_distribution_column('redpacket.stripe'::pg_catalog.regclass, $1) st,"
 	"               pg_catalog.get_shard_id_for_distribution_column('redpacket.claim'::pg_catalog.regclass, $1) cl) x",
 	1, {INT8OID}
@@ -128,7 +132,7 @@ DistState(void)
 
 	if (!dist_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(DistInvalidate, (Datum) 0);
+		RpOnRelcacheInvalidation(DistInvalidate);
 		dist_callback_registered = true;
 	}
 	if (dist_state != RP_DIST_UNKNOWN)
@@ -224,7 +228,9 @@ RpRequireLocalActivity(int64 activity)
 
 /*
  * The fast path on a Citus node, for fixed amounts under READ COMMITTED
- * (stripe.c's TryFast, whose caller holds the user's lock and the stripe's).
+ * (stripe.c's TryFast, whose caller holds the user's lock and the stripe's),
+ * where direct.c's path does not apply (a per-user limit above one,
+ * redpacket.direct_claims off, tables that are not plain).
  *
  * Through Citus every statement on a distributed table costs a distributed
  * plan, shard pruning and, with local execution, a deparsed, re-parsed and
@@ -232,7 +238,8 @@ RpRequireLocalActivity(int64 activity)
  * plan of a prepared statement here): about three times the claim's own
  * work.  The statements of this path touch one activity, whose shards this
  * node holds (the caller's node guard made sure), so they run on the shard
- * tables themselves, as plain prepared statements.  Citus's protection
+ * tables themselves, as plain prepared statements (or, in direct.c, with
+ * no statement at all).  Citus's protection
  * against a concurrent shard move is kept: the shards' metadata locks in
  * share mode, as Citus takes them for its own statements (a move blocks
  * writes with them in exclusive mode on every node), and the placement is
@@ -248,17 +255,33 @@ typedef enum RpShardStmt
 {
 	RP_SHARD_CHECK,
 	RP_SHARD_TAKE,
+	RP_SHARD_TAKE_14,
 	RP_SHARD_INSERT,
 	RP_SHARD_BATCH_INSERT,
 	RP_SHARD_NSTMT
 } RpShardStmt;
+
+#define SHARD_TAKE_SET \
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
+	"       packets = packets OPERATOR(pg_catalog.-) 1," \
+	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
+#define SHARD_TAKE_WHERE \
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2" \
+	"   AND NOT halted"
 
 static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"SELECT pg_catalog.count(*),"
 	"       pg_catalog.bool_or(c.idempotency_key OPERATOR(pg_catalog.=) $3)"
 	"  FROM %s c"
 	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.user_id OPERATOR(pg_catalog.=) $2",
-	"UPDATE %s" RP_SQL_TAKE_FIXED,
+	/* the fast decrement, on the 1.3 catalog and on 1.4 (revision, undealt) */
+	"UPDATE %s" SHARD_TAKE_SET SHARD_TAKE_WHERE
+	"   AND balance OPERATOR(pg_catalog.>=) $3"
+	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0)",
+	"UPDATE %s" SHARD_TAKE_SET SHARD_TAKE_WHERE
+	"   AND revision OPERATOR(pg_catalog.=) $4"
+	"   AND balance OPERATOR(pg_catalog.-) dealt_units OPERATOR(pg_catalog.>=) $3"
+	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.-) dealt_count OPERATOR(pg_catalog.>) 0)",
 	"INSERT INTO %s"
 	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" VALUES ($1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
@@ -279,10 +302,11 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
  * primary key by activity_id alone.  A shard table is a plain table to the
  * planner, so Citus's routing (which needs custom plans) is not involved.
  */
-static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 7, 6};
+static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 4, 7, 6};
 static const Oid shard_argtypes[RP_SHARD_NSTMT][7] = {
 	{INT8OID, TEXTOID, TEXTOID},
 	{INT8OID, INT4OID, INT8OID},
+	{INT8OID, INT4OID, INT8OID, INT8OID},
 	{INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID},
 	{INT8OID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, NUMERICARRAYOID, INT4ARRAYOID}
 };
@@ -359,7 +383,7 @@ static bool
 FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 {
 	Datum		id = Int64GetDatum(activity);
-	bool		n1, n2, n3, n4, n5;
+	bool		n1, n2, n3, n4, n5, n6;
 	RpLocalShards *e;
 
 	AcceptInvalidationMessages();
@@ -382,14 +406,19 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 	out->claim_shard = (uint64) DatumGetInt64(RpGetDatum(0, 2, &n2));
 	out->stripe_rel = DatumGetObjectId(RpGetDatum(0, 4, &n4));
 	out->claim_rel = DatumGetObjectId(RpGetDatum(0, 5, &n5));
-	if (n1 || n2 || n4 || n5 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
+	out->claim_seq = DatumGetObjectId(RpGetDatum(0, 6, &n6));
+	if (n1 || n2 || n4 || n5 || n6 || !DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
 		return false;
 	if (lock)
 	{
-		/* Citus locks first, then reads the placement: do the same. */
+		/*
+		 * Citus locks first, then reads the placement: do the same, with a
+		 * snapshot taken after the lock (a move that committed while we
+		 * waited for it must be seen).
+		 */
 		LockShardMetadata(out->stripe_shard);
 		LockShardMetadata(out->claim_shard);
-		if (RpExec(&shards_of, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		if (RpExec(&shards_of, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not find the shards of activity " INT64_FORMAT, activity);
 		if (!DatumGetBool(RpGetDatum(0, 3, &n3)) || n3)
 			return false;
@@ -412,6 +441,25 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 	return true;
 }
 
+/*
+ * The shard tables of the activity on this node, for direct.c's fast claim:
+ * false when this node does not hold them.  The shards' metadata locks are
+ * held to the end of the transaction, as for the statements below.  Must
+ * be called inside SPI_connect.
+ */
+bool
+RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq)
+{
+	RpLocalShards shards;
+
+	if (!FindLocalShards(activity, true, &shards))
+		return false;
+	*claim_rel = shards.claim_rel;
+	*stripe_rel = shards.stripe_rel;
+	*claim_seq = shards.claim_seq;
+	return true;
+}
+
 bool
 RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
 {
@@ -425,10 +473,17 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 	if (!FindLocalShards(act->id, true, &shards))
 		return false;
 
+	/*
+	 * Not read-only: a snapshot taken now, under the user's lock, sees every
+	 * committed claim of the user.  The statement's own snapshot was taken
+	 * before the lock, so a claim committed while we waited for it was
+	 * missed: the insert then failed on the unique key (23505), and under a
+	 * per-user limit the user got one claim too many.
+	 */
 	args[0] = Int64GetDatum(act->id);
 	args[1] = PointerGetDatum(fast->user_id);
 	args[2] = PointerGetDatum(fast->key);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, true, 1);
+	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, false, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not look up the claims of the user");
 	if ((DatumGetBool(RpGetDatum(0, 2, &isnull)) && !isnull) ||
@@ -437,7 +492,10 @@ RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fa
 
 	args[1] = Int32GetDatum(stripe);
 	args[2] = Int64GetDatum(units);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_TAKE, sh->stripe_rel), args, NULL, false, 0);
+	args[3] = Int64GetDatum(act->revision);
+	rc = SPI_execute_plan(ShardPlan(RpCatalogVersion() >= RP_CATALOG_1_4 ?
+									RP_SHARD_TAKE_14 : RP_SHARD_TAKE,
+									sh->stripe_rel), args, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "could not update stripe %d", stripe);
 	if (SPI_processed == 0)

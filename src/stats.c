@@ -159,7 +159,7 @@ ActivityRelid(void)
 		return activity_relid;
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(StatsRelcacheCallback, (Datum) 0);
+		RpOnRelcacheInvalidation(StatsRelcacheCallback);
 		callback_registered = true;
 	}
 	nsp = get_namespace_oid("redpacket", true);

@@ -1,13 +1,30 @@
 /*
  * stripe.c
- *		Taking one claim's money from an activity's stripes (sub-balances).
- *		A claim first tries stripes one by one with a non-blocking lock,
- *		starting from a per-backend spread so that concurrent claimers land
- *		on different rows, and asks to wait only when every stripe it tried
- *		was busy.  When the stripes it tried cannot pay, it locks every stripe
- *		and lets the allocator (alloc.c) decide over the whole activity: an
- *		activity is exhausted only when all its stripes together cannot pay.
- *		The waiting itself is the caller's (claim.c, locks.c).
+ *		Taking a claim's money from an activity's stripes (sub-balances).
+ *
+ *		Spread.  A claim starts probing at a per-backend spread, so that
+ *		concurrent claimers land on different rows; inside one transaction
+ *		a backend keeps using the stripe it already holds (sticky), so a
+ *		transaction making many claims pins one stripe instead of many.
+ *
+ *		Stripe sets.  The stripes one claim or one batch holds and decides
+ *		over: locked with try-locks (the waiting is the caller's: locks.c),
+ *		read under their locks, decided by the allocator (alloc.c) claim
+ *		after claim, and written in one go: the stripes that changed stay
+ *		locked to the end of the transaction, the others are given back.
+ *		A stripe read halted, or at another revision than the activity the
+ *		caller read, means a freeze, a close or a new schedule committed
+ *		since: the caller answers from the activity as it is now.
+ *
+ *		The careful take (RpTakeCareful) for one claim: probe a few stripes
+ *		from the spread with try-locks; then read every stripe without a
+ *		lock, which proves exhaustion when even their committed balances
+ *		together cannot pay (in-flight claims only take more, so no lock can
+ *		change that answer) and names the stripes that could pay alone; try
+ *		those; only when none could pay alone is every stripe locked (a
+ *		gather) for the allocator's rule 3.  So an exhausted activity answers
+ *		without gathering, and a gather is rare: rule 3 leaves the
+ *		remainder of a fixed-amount activity on one stripe.
  */
 #include "postgres.h"
 
@@ -15,99 +32,51 @@
 #include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
-#include "redpacket.h"
+#include "stripe.h"
 
-/* Failed fast-path attempts before a claim gathers across all stripes. */
-#define RP_FAST_PROBES 4
+/* Stripes a careful take tries from its spread before it reads them all. */
+#define RP_CAREFUL_PROBES 4
 
-/*
- * Every take refuses a halted stripe (its activity is frozen or closed), so
- * that a claim that read the activity before a freeze or close committed
- * still sees it once it holds its stripe: freeze and close take every stripe
- * lock and mark every stripe.
- */
-static RpPlan take_fixed = {
-	"UPDATE redpacket.stripe" RP_SQL_TAKE_FIXED,
-	3, {INT8OID, INT4OID, INT8OID}
+/* The columns the stripes are read with. */
+enum
+{
+	SR_STRIPE = 1, SR_BALANCE, SR_PACKETS, SR_HALTED, SR_REVISION, SR_DEALT
 };
 
-/*
- * The fast path: the duplicate, halt and per-user-limit checks, the
- * conditional decrement and the claim insert in one statement; it returns
- * the new claim, or no row when any check failed or the stripe cannot pay
- * (then nothing was written).  The caller holds the user's lock and the
- * stripe's and runs under READ COMMITTED, so the duplicate check sees every
- * committed claim under this key and the insert cannot conflict.
- */
-#define TAKE_AND_CLAIM(limit_check) \
-	"WITH t AS (" \
-	"  UPDATE redpacket.stripe s" \
-	"     SET balance = s.balance OPERATOR(pg_catalog.-) $3," \
-	"         packets = s.packets OPERATOR(pg_catalog.-) 1," \
-	"         claims = s.claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
-	"   WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2" \
-	"     AND s.balance OPERATOR(pg_catalog.>=) $3" \
-	"     AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0) AND NOT s.halted" \
-	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c" \
-	"                      WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                        AND c.user_id OPERATOR(pg_catalog.=) $4" \
-	"                        AND c.idempotency_key OPERATOR(pg_catalog.=) $6)" \
-	limit_check \
-	"  RETURNING s.stripe)" \
-	" INSERT INTO redpacket.claim" \
-	"        (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)" \
-	" SELECT $1, $4, $5, $6, $7, t.stripe, pg_catalog.now() FROM t" \
-	" RETURNING claim_id, claimed_at"
+#define RP_READ_STRIPES(extra) \
+	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted, " extra \
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1" \
+	"   AND s.stripe OPERATOR(pg_catalog.=) ANY ($2)"
 
-/*
- * Generic plans: a custom plan for an activity newer than claim's statistics
- * checked the user's claims by scanning claim_pkey on activity_id alone,
- * every claim of the activity per claim.  These run only off Citus (TryFast).
- */
-
-/* one claim per user: the duplicate check is the limit check */
-static RpPlan take_and_claim = {
-	TAKE_AND_CLAIM(""),
-	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
-	NULL, true
+static RpPlan read_stripes_14 = {
+	RP_READ_STRIPES("s.revision, s.dealt"),
+	2, {INT8OID, INT4ARRAYOID}
 };
 
-static RpPlan take_and_claim_limited = {
-	TAKE_AND_CLAIM("     AND (SELECT pg_catalog.count(*) FROM redpacket.claim c"
-				   "           WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
-				   "             AND c.user_id OPERATOR(pg_catalog.=) $4)"
-				   "         OPERATOR(pg_catalog.<) $8"),
-	8, {INT8OID, INT4OID, INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID},
-	NULL, true
+static RpPlan read_stripes_13 = {
+	RP_READ_STRIPES("0::pg_catalog.int8, NULL::pg_catalog.int8[]"),
+	2, {INT8OID, INT4ARRAYOID}
 };
 
-static RpPlan read_stripe = {
-	"SELECT s.balance, s.packets FROM redpacket.stripe s"
-	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2"
-	"   AND NOT s.halted",
-	2, {INT8OID, INT4OID}
+#define RP_WRITE_STRIPE(extra) \
+	"UPDATE redpacket.stripe" \
+	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
+	"       packets = packets OPERATOR(pg_catalog.-) $4," \
+	"       claims = claims OPERATOR(pg_catalog.+) $5" extra \
+	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2"
+
+static RpPlan write_stripe_14 = {
+	RP_WRITE_STRIPE(", dealt = $6, dealt_units = $7, dealt_count = $8"),
+	8, {INT8OID, INT4OID, INT8OID, INT4OID, INT8OID, INT8ARRAYOID, INT8OID, INT4OID}
 };
 
-static RpPlan read_all = {
-	"SELECT s.stripe, s.balance, coalesce(s.packets, 0)"
-	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
-	" ORDER BY s.stripe",
-	1, {INT8OID}
-};
-
-static RpPlan read_halt = {
-	"SELECT a.frozen_reason IS NOT NULL, a.closed_at IS NOT NULL"
-	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
-};
-
-static RpPlan debit = {
-	"UPDATE redpacket.stripe"
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3,"
-	"       packets = packets OPERATOR(pg_catalog.-) $4,"
-	"       claims = claims OPERATOR(pg_catalog.+) $5"
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2",
+static RpPlan write_stripe_13 = {
+	RP_WRITE_STRIPE(""),
 	5, {INT8OID, INT4OID, INT8OID, INT4OID, INT8OID}
 };
 
@@ -119,11 +88,6 @@ static int	sticky_stripe = 0;
 static pg_prng_state draw_prng;
 static bool draw_prng_seeded = false;
 
-/*
- * Where a claim starts probing.  Inside one transaction a backend keeps
- * using the stripe it already holds, so a transaction making many claims
- * pins one stripe instead of all of them.
- */
 int
 RpStartStripe(const RpActivity *act)
 {
@@ -143,10 +107,10 @@ RpRememberStripe(const RpActivity *act, int stripe)
 /*
  * The double-mean draw in minor units: uniform in [1, max] where max is
  * twice the mean remaining per packet, capped so that every other packet
- * can still get one unit; the last packet takes the exact remainder.  A
- * fixed-amount claim on the same activity may have left fewer units than
- * packets in the stripe; then each draw gets one unit until it is empty,
- * never more than the stripe holds.  Requires balance >= 1, packets >= 1.
+ * can still get one unit; the last packet takes the exact remainder.  When
+ * fixed-amount claims on the same activity have left fewer units than
+ * packets, each draw gets one unit until the money is gone.  Requires
+ * balance >= 1, packets >= 1.
  */
 int64
 RpDrawUnits(int64 balance, int64 packets)
@@ -172,161 +136,6 @@ RpDrawUnits(int64 balance, int64 packets)
 		max = 1;
 	return (int64) pg_prng_uint64_range(&draw_prng, 1, (uint64) max);
 }
-
-static void
-Debit(const RpActivity *act, int stripe, int64 units, int32 packets, int64 claims)
-{
-	Datum		values[5];
-
-	values[0] = Int64GetDatum(act->id);
-	values[1] = Int32GetDatum(stripe);
-	values[2] = Int64GetDatum(units);
-	values[3] = Int32GetDatum(packets);
-	values[4] = Int64GetDatum(claims);
-	if (RpExec(&debit, values, NULL, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "stripe %d of activity " INT64_FORMAT " is missing", stripe, act->id);
-}
-
-typedef enum RpTry
-{
-	RP_TRY_TOOK,				/* paid (and, on the fast path, claimed) */
-	RP_TRY_SHORT,				/* this stripe cannot pay; try another */
-	RP_TRY_DIVERT				/* fast path gives up: careful path decides */
-} RpTry;
-
-static RpTry
-TryFast(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
-{
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	bool		isnull;
-
-	if (RpDistributed())		/* Citus: the same claim on the local shards */
-		return RpShardFastClaim(act, stripe, units, fast) ? RP_TRY_TOOK : RP_TRY_DIVERT;
-
-	/* on a single node, the same work without SQL (direct.c) */
-	switch (RpDirectTake(act, stripe, units, fast))
-	{
-		case RP_DIRECT_TOOK:
-			return RP_TRY_TOOK;
-		case RP_DIRECT_DIVERT:
-			return RP_TRY_DIVERT;
-		case RP_DIRECT_UNUSED:
-			break;
-	}
-
-	values[0] = Int64GetDatum(act->id);
-	values[1] = Int32GetDatum(stripe);
-	values[2] = Int64GetDatum(units);
-	values[3] = PointerGetDatum(fast->user_id);
-	values[4] = PointerGetDatum(fast->request_id);
-	if (fast->request_id == NULL)
-		nulls[4] = 'n';
-	values[5] = PointerGetDatum(fast->key);
-	values[6] = NumericGetDatum(fast->amount);
-	values[7] = Int32GetDatum(act->per_user_limit);
-	if (RpExec(act->per_user_limit == 1 ? &take_and_claim : &take_and_claim_limited,
-			   values, nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not claim from stripe %d", stripe);
-	if (SPI_processed == 0)
-		return RP_TRY_DIVERT;
-	fast->claim_id = RpGetInt64(0, 1, 0);
-	fast->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
-	return RP_TRY_TOOK;
-}
-
-/*
- * The allocator's answer for the stripes whose balances and packets are
- * given, over the stripes visible (NULL: all).  *units is the fixed amount,
- * or 0 for a lucky draw.
- */
-static RpPlanResult
-PlanStripes(const RpActivity *act, const int64 *balance, const int64 *packets,
-	 const bool *visible, int start, int64 units, RpPlanOut *out)
-{
-	RpPlanIn	in;
-
-	in.n = act->stripes;
-	in.balance = balance;
-	in.packets = packets;
-	in.visible = visible;
-	in.capped = act->packets != 0;
-	in.start = start;
-	in.units = units;
-	in.draw = RpDrawUnits;
-	out->take = palloc(sizeof(int64) * act->stripes);
-	return RpPlanClaim(&in, out);
-}
-
-/*
- * Write a plan: debit every stripe that pays (the primary also counts the
- * packet and the claim), and unlock the stripes it does not write.
- */
-static void
-DebitPlan(const RpActivity *act, const RpPlanOut *plan)
-{
-	for (int s = 0; s < act->stripes; s++)
-	{
-		if (plan->take[s] == 0 && s != plan->primary)
-		{
-			RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-			continue;
-		}
-		Debit(act, s, plan->take[s], (act->packets != 0 && s == plan->primary) ? 1 : 0,
-			  s == plan->primary ? 1 : 0);
-	}
-}
-
-/*
- * Try to take the claim from one stripe whose lock we hold.  *units is the
- * fixed amount, or 0 for a lucky draw (then set to the drawn amount).  A
- * fixed amount is the allocator's rule 1 for one stripe, written as one
- * conditional UPDATE.
- */
-static RpTry
-TryStripe(const RpActivity *act, int stripe, int64 *units, RpFastClaim *fast)
-{
-	Datum		values[3];
-	int64	   *balance;
-	int64	   *packets;
-	bool	   *visible;
-	RpPlanOut	plan;
-
-	if (fast)
-		return TryFast(act, stripe, *units, fast);
-
-	values[0] = Int64GetDatum(act->id);
-	values[1] = Int32GetDatum(stripe);
-
-	if (*units > 0)
-	{
-		values[2] = Int64GetDatum(*units);
-		if (RpExec(&take_fixed, values, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "could not update stripe %d", stripe);
-		return SPI_processed == 1 ? RP_TRY_TOOK : RP_TRY_SHORT;
-	}
-
-	if (RpExec(&read_stripe, values, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read stripe %d", stripe);
-	if (SPI_processed != 1)
-		return RP_TRY_SHORT;
-	balance = palloc0(sizeof(int64) * act->stripes);
-	packets = palloc0(sizeof(int64) * act->stripes);
-	visible = palloc0(sizeof(bool) * act->stripes);
-	balance[stripe] = RpGetInt64(0, 1, 0);
-	packets[stripe] = RpGetInt64(0, 2, 0);
-	visible[stripe] = true;
-	if (PlanStripes(act, balance, packets, visible, stripe, 0, &plan) != RP_PLAN_PAID)
-		return RP_TRY_SHORT;
-	*units = plan.units;
-	Debit(act, stripe, *units, 1, 1);
-	return RP_TRY_TOOK;
-}
-
-/*
- * Deadlock avoidance: see locks.c.  A claim never waits while holding a
- * lock it took itself, except as a gatherer.
- */
 
 /* Try to lock every stripe, in order; on a busy one give back what was taken. */
 bool
@@ -358,122 +167,562 @@ RpLockAllStripes(const RpActivity *act)
 		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
 }
 
-static void
-UnlockAll(const RpActivity *act)
+/*
+ * The stripe count of a new activity.  Given (stripes =>): as asked.  By
+ * default: redpacket.stripes, but an activity with a packet cap gets one
+ * stripe per RP_PACKETS_PER_STRIPE packets at most -- a group packet of ten
+ * needs one stripe, not sixty-four -- so that small activities are small
+ * and a lucky draw of up to 127 packets is one pool.  Either way never more
+ * stripes than packets or minor units, since a stripe with no money or no
+ * packet could never pay anything.
+ */
+int
+RpStripesFor(bool given, int stripes, int64 total_units, int32 packets)
 {
-	for (int s = 0; s < act->stripes; s++)
-		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+	if (!given)
+	{
+		stripes = rp_default_stripes;
+		if (packets > 0)
+			stripes = Min(stripes, Max(1, packets / RP_PACKETS_PER_STRIPE));
+	}
+	if (packets > 0 && stripes > packets)
+		stripes = packets;
+	if (stripes > total_units)
+		stripes = (int) total_units;
+	return stripes;
 }
 
+/* Budget and packets spread evenly; the first stripes take the remainders. */
+static RpPlan insert_even = {
+	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
+	" SELECT $1, g, ($2 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
+	"               CASE WHEN g OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END,"
+	"        (($3 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
+	"         CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END)::pg_catalog.int4"
+	"   FROM pg_catalog.generate_series(0, $4 OPERATOR(pg_catalog.-) 1) g",
+	4, {INT8OID, INT8OID, INT8OID, INT4OID}
+};
+
+static RpPlan insert_dealt = {
+	"INSERT INTO redpacket.stripe"
+	"       (activity_id, stripe, balance, packets, dealt, dealt_units, dealt_count)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
+	7, {INT8OID, INT4OID, INT8OID, INT4OID, INT8ARRAYOID, INT8OID, INT4OID}
+};
+
+static Datum DealtArray(const RpStripeState *st, bool *isnull);
+
 /*
- * Slow path: with every stripe locked, the allocator looks at the whole
- * activity.  The stripes not written are unlocked again before returning.
- * When a stripe is busy nothing is held or written, and the caller gathers
- * (RP_TAKE_GATHER, *stripe the busy one).
+ * The stripe rows of a new activity of units in packets (0: no cap).  On a
+ * 1.4 catalog an activity with a cap and more than one stripe is dealt
+ * straight away (RpDeal): its first lucky draws need no gathering, and a
+ * session that claims first does not hold every stripe.
  */
-static RpTakeResult
-GatherStripes(const RpActivity *act, int start, int64 *units, int *stripe)
+void
+RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes)
+{
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	RpStripeState *st;
+	int64	   *scratch;
+
+	values[0] = Int64GetDatum(activity);
+	if (packets == 0 || stripes == 1 || RpCatalogVersion() < RP_CATALOG_1_4)
+	{
+		values[1] = Int64GetDatum(units);
+		values[2] = Int64GetDatum(packets);
+		values[3] = Int32GetDatum(stripes);
+		nulls[2] = packets > 0 ? ' ' : 'n';
+		if (RpExec(&insert_even, values, nulls, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not insert stripes");
+		return;
+	}
+	st = palloc0(sizeof(RpStripeState) * stripes);
+	scratch = palloc(sizeof(int64) * stripes * RP_DEAL_BLOCK);
+	RpDeal(stripes, 0, units, packets, RpDrawUnits, scratch, st);
+	for (int s = 0; s < stripes; s++)
+	{
+		bool		isnull;
+		int64		dealt_units = 0;
+
+		for (int i = 0; i < st[s].ndealt; i++)
+			dealt_units += st[s].dealt[i];
+		values[1] = Int32GetDatum(s);
+		values[2] = Int64GetDatum(st[s].balance);
+		values[3] = Int32GetDatum((int32) st[s].packets);
+		values[4] = DealtArray(&st[s], &isnull);
+		nulls[4] = isnull ? 'n' : ' ';
+		values[5] = Int64GetDatum(dealt_units);
+		values[6] = Int32GetDatum(st[s].ndealt);
+		if (RpExec(&insert_dealt, values, nulls, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not insert stripe %d", s);
+	}
+}
+
+/* --- Stripe sets ----------------------------------------------------------- */
+
+void
+RpStripeSetInit(RpStripeSet *set, const RpActivity *act)
 {
 	int			n = act->stripes;
-	int64	   *balance = palloc(sizeof(int64) * n);
-	int64	   *packets = palloc(sizeof(int64) * n);
-	Datum		id = Int64GetDatum(act->id);
-	bool		isnull;
-	RpPlanOut	plan;
-	int			busy;
 
-	if (!RpTryLockAllStripes(act, &busy))
-	{
-		*stripe = busy;
-		return RP_TAKE_GATHER;
-	}
+	set->act = act;
+	set->n = n;
+	set->all = false;
+	set->deal = n > 1 && RpCatalogVersion() >= RP_CATALOG_1_4;
+	set->last_primary = -1;
+	set->cxt = CurrentMemoryContext;
+	set->locked = palloc0(sizeof(bool) * n);
+	set->halted = palloc0(sizeof(bool) * n);
+	set->revision = palloc0(sizeof(int64) * n);
+	set->read = palloc0(sizeof(RpStripeState) * n);
+	set->now = palloc0(sizeof(RpStripeState) * n);
+	set->claims = palloc0(sizeof(int64) * n);
+	set->changed = palloc0(sizeof(bool) * n);
+	set->next = palloc0(sizeof(RpStripeState) * n);
+	set->next_changed = palloc0(sizeof(bool) * n);
+}
 
-	/* A freeze or close may have committed since the activity was read. */
-	if (RpExec(&read_halt, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "activity " INT64_FORMAT " disappeared", act->id);
-	if (DatumGetBool(RpGetDatum(0, 1, &isnull)) || DatumGetBool(RpGetDatum(0, 2, &isnull)))
-	{
-		bool		frozen = DatumGetBool(RpGetDatum(0, 1, &isnull));
+bool
+RpStripeSetTryLock(RpStripeSet *set, int s)
+{
+	if (set->locked[s])
+		return true;
+	if (!RpLock(RP_LOCK_STRIPE, set->act->id, (uint32) s, false))
+		return false;
+	set->locked[s] = true;
+	return true;
+}
 
-		UnlockAll(act);
-		return frozen ? RP_TAKE_FROZEN : RP_TAKE_ENDED;
-	}
+/* Lock every stripe, giving up the partial set first; false, holding none, on a busy one. */
+bool
+RpStripeSetLockAll(RpStripeSet *set, int *busy)
+{
+	RpStripeSetRelease(set);
+	if (!RpTryLockAllStripes(set->act, busy))
+		return false;
+	RpStripeSetHoldAll(set);
+	return true;
+}
 
-	if (RpExec(&read_all, &id, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) n)
-		elog(ERROR, "activity " INT64_FORMAT " has " UINT64_FORMAT " stripes, expected %d",
-			 act->id, SPI_processed, n);
+/* The caller holds every stripe (it waited for them in stripe order). */
+void
+RpStripeSetHoldAll(RpStripeSet *set)
+{
+	for (int s = 0; s < set->n; s++)
+		set->locked[s] = true;
+	set->all = true;
+}
+
+/* Give back every stripe this set locked; nothing of it was written. */
+void
+RpStripeSetRelease(RpStripeSet *set)
+{
+	for (int s = 0; s < set->n; s++)
+		if (set->locked[s])
+		{
+			RpUnlock(RP_LOCK_STRIPE, set->act->id, (uint32) s);
+			set->locked[s] = false;
+		}
+	set->all = false;
+}
+
+/* A dealt array into an allocation of set->cxt. */
+static void
+ReadDealt(RpStripeSet *set, Datum d, RpStripeState *st)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(d);
+	Datum	   *elems;
+	int			n;
+	int64	   *amounts;
+
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, NULL, &n);
+	amounts = MemoryContextAlloc(set->cxt, sizeof(int64) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-	{
-		balance[i] = RpGetInt64(i, 2, 0);
-		packets[i] = RpGetInt64(i, 3, 0);
-	}
-	RpStatsCount(act->id, RP_STAT_GATHER);
-	if (PlanStripes(act, balance, packets, NULL, start, *units, &plan) != RP_PLAN_PAID)
-	{
-		UnlockAll(act);
-		return RP_TAKE_EXHAUSTED;
-	}
-	DebitPlan(act, &plan);
-	*units = plan.units;
-	*stripe = plan.primary;
-	RpRememberStripe(act, plan.primary);
-	return RP_TAKE_OK;
+		amounts[i] = DatumGetInt64(elems[i]);
+	st->dealt = amounts;
+	st->ndealt = n;
 }
 
 /*
- * Take a claim's money from the activity.  *units is the fixed amount, or 0
- * for a lucky draw, in which case it returns the drawn amount.  On success
- * *stripe is the stripe that paid, and its lock is held to the end of the
- * transaction.  RP_TAKE_WAIT means stripe *stripe was busy and nothing is
- * held or written: the caller lets go of its own locks, waits for that
- * stripe and tries again (RpClaimOne); RP_TAKE_GATHER means the claim needs
- * every stripe and *stripe was busy: the caller gathers (locks.c).
- *
- * With fast set (fixed amounts, READ COMMITTED), one attempt on the first
- * stripe we can lock also checks for a duplicate, a halt or the user's limit
- * and inserts the claim, all in one statement.  If it writes nothing, the
- * careful path takes over and tells why; the fast path never gathers.
+ * Read the stripes this set holds (guess: every stripe, holding none of
+ * them, for a first idea), and forget the decisions made so far.
+ */
+void
+RpStripeSetRead(RpStripeSet *set, bool guess)
+{
+	int32	   *ids = palloc(sizeof(int32) * set->n);
+	Datum	   *idd = palloc(sizeof(Datum) * set->n);
+	int			m = 0;
+	Datum		values[2];
+	MemoryContext outer;
+
+	for (int s = 0; s < set->n; s++)
+	{
+		memset(&set->read[s], 0, sizeof(RpStripeState));
+		set->halted[s] = false;
+		set->revision[s] = set->act->revision;
+		if (guess || set->locked[s])
+		{
+			ids[m] = s;
+			idd[m] = Int32GetDatum(s);
+			m++;
+		}
+	}
+	values[0] = Int64GetDatum(set->act->id);
+	values[1] = PointerGetDatum(construct_array(idd, m, INT4OID, 4, true, TYPALIGN_INT));
+	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_4 ? &read_stripes_14 : &read_stripes_13,
+			   values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) m)
+		elog(ERROR, "activity " INT64_FORMAT " has " UINT64_FORMAT " of the %d stripe rows asked",
+			 set->act->id, SPI_processed, m);
+	outer = MemoryContextSwitchTo(set->cxt);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int			s = DatumGetInt32(RpGetDatum(r, SR_STRIPE, &isnull));
+		RpStripeState *st = &set->read[s];
+		Datum		d;
+
+		st->balance = RpGetInt64(r, SR_BALANCE, 0);
+		st->packets = RpGetInt64(r, SR_PACKETS, 0);
+		set->halted[s] = DatumGetBool(RpGetDatum(r, SR_HALTED, &isnull));
+		set->revision[s] = RpGetInt64(r, SR_REVISION, 0);
+		d = RpGetDatum(r, SR_DEALT, &isnull);
+		if (!isnull)
+			ReadDealt(set, d, st);
+	}
+	MemoryContextSwitchTo(outer);
+	RpStripeSetReset(set);
+}
+
+void
+RpStripeSetReset(RpStripeSet *set)
+{
+	for (int s = 0; s < set->n; s++)
+	{
+		set->now[s] = set->read[s];
+		set->claims[s] = 0;
+		set->changed[s] = false;
+	}
+	set->last_primary = -1;
+}
+
+/*
+ * Did a freeze or a close (RP_TAKE_HALTED), or a new schedule
+ * (RP_TAKE_STALE), commit after the caller read the activity?  Seen on the
+ * stripes it holds, which they all mark; RP_TAKE_OK when neither.
  */
 RpTakeResult
-RpTake(const RpActivity *act, int64 *units, int *stripe, RpFastClaim *fast)
+RpStripeSetStale(const RpStripeSet *set)
 {
-	int			n = act->stripes;
-	int			start = RpStartStripe(act);
-	int			failed = 0;
-	bool		locked_any = false;
-	RpTry		r;
+	RpTakeResult r = RP_TAKE_OK;
 
-	Assert(fast == NULL || *units > 0);
-
-
-	for (int i = 0; i < n && failed < RP_FAST_PROBES; i++)
+	for (int s = 0; s < set->n; s++)
 	{
-		int			s = (start + i) % n;
-
-		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+		if (!set->locked[s])
 			continue;
-		locked_any = true;
-		r = TryStripe(act, s, units, fast);
-		if (r == RP_TRY_TOOK)
+		if (set->halted[s])
+			return RP_TAKE_HALTED;
+		if (set->revision[s] != set->act->revision)
+			r = RP_TAKE_STALE;
+	}
+	return r;
+}
+
+/* Copy a new dealt list, which may live in the allocator's scratch, into the set's memory. */
+static const int64 *
+KeepDealt(RpStripeSet *set, const RpStripeState *st)
+{
+	int64	   *copy;
+
+	if (st->ndealt == 0)
+		return NULL;
+	copy = MemoryContextAlloc(set->cxt, sizeof(int64) * st->ndealt);
+	memcpy(copy, st->dealt, sizeof(int64) * st->ndealt);
+	return copy;
+}
+
+/*
+ * Decide one claim of units (0: a lucky draw) over the stripes held and what
+ * the decisions before it left.  On RP_ALLOC_PAID the decision is kept (the
+ * stripe that counts it, the amount).
+ */
+RpAllocResult
+RpStripeSetTake(RpStripeSet *set, int64 units, int start, int *primary, int64 *amount)
+{
+	RpAllocIn	in;
+	RpAllocOut	out;
+	RpAllocResult r;
+
+	in.n = set->n;
+	in.stripes = set->now;
+	in.visible = set->all ? NULL : set->locked;
+	in.capped = set->act->packets != 0;
+	in.deal = set->deal;
+	in.start = start;
+	in.units = units;
+	in.draw = RpDrawUnits;
+	in.scratch = MemoryContextAlloc(set->cxt, sizeof(int64) * set->n * RP_DEAL_BLOCK);
+	out.next = set->next;
+	out.changed = set->next_changed;
+	r = RpAllocate(&in, &out);
+	if (r == RP_ALLOC_PAID)
+	{
+		for (int s = 0; s < set->n; s++)
 		{
-			*stripe = s;
-			RpRememberStripe(act, s);
-			return RP_TAKE_OK;
+			if (!set->next_changed[s])
+				continue;
+			if (set->next[s].dealt != set->now[s].dealt ||
+				set->next[s].ndealt != set->now[s].ndealt)
+				set->next[s].dealt = KeepDealt(set, &set->next[s]);
+			set->now[s] = set->next[s];
+			set->changed[s] = true;
 		}
-		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-		if (r == RP_TRY_DIVERT)
-			return RP_TAKE_DIVERT;
-		failed++;
+		set->claims[out.primary]++;
+		set->last_primary = out.primary;
+		*primary = out.primary;
+		*amount = out.units;
+	}
+	pfree(in.scratch);
+	return r;
+}
+
+static Datum
+DealtArray(const RpStripeState *st, bool *isnull)
+{
+	Datum	   *d;
+
+	*isnull = st->ndealt == 0;
+	if (*isnull)
+		return (Datum) 0;
+	d = palloc(sizeof(Datum) * st->ndealt);
+	for (int i = 0; i < st->ndealt; i++)
+		d[i] = Int64GetDatum(st->dealt[i]);
+	return PointerGetDatum(construct_array(d, st->ndealt, INT8OID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+static void
+WriteStripe(RpStripeSet *set, int s)
+{
+	const RpStripeState *was = &set->read[s];
+	const RpStripeState *is = &set->now[s];
+	bool		v14 = RpCatalogVersion() >= RP_CATALOG_1_4;
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int64		dealt_units = 0;
+	bool		isnull;
+
+	for (int i = 0; i < is->ndealt; i++)
+		dealt_units += is->dealt[i];
+	values[0] = Int64GetDatum(set->act->id);
+	values[1] = Int32GetDatum(s);
+	values[2] = Int64GetDatum(was->balance - is->balance);
+	values[3] = Int32GetDatum((int32) (was->packets - is->packets));
+	values[4] = Int64GetDatum(set->claims[s]);
+	values[5] = DealtArray(is, &isnull);
+	nulls[5] = isnull ? 'n' : ' ';
+	values[6] = Int64GetDatum(dealt_units);
+	values[7] = Int32GetDatum(is->ndealt);
+	if (RpExec(v14 ? &write_stripe_14 : &write_stripe_13, values, nulls, false, 0) != SPI_OK_UPDATE ||
+		SPI_processed != 1)
+		elog(ERROR, "stripe %d of activity " INT64_FORMAT " is missing", s, set->act->id);
+}
+
+/*
+ * Write every stripe the decisions changed (they stay locked to the end of
+ * the transaction) and give back the others.  The transaction's next claim
+ * starts at the stripe that paid the last one (sticky): it holds it, and a
+ * lucky draw's next amount is there.
+ */
+void
+RpStripeSetWrite(RpStripeSet *set)
+{
+	for (int s = 0; s < set->n; s++)
+	{
+		if (set->changed[s])
+			WriteStripe(set, s);
+		else if (set->locked[s])
+		{
+			RpUnlock(RP_LOCK_STRIPE, set->act->id, (uint32) s);
+			set->locked[s] = false;
+		}
+	}
+	set->all = false;
+	if (set->last_primary >= 0)
+		RpRememberStripe(set->act, set->last_primary);
+}
+
+/* --- The careful take ------------------------------------------------------- */
+
+/* A guess says stripe s could pay units alone. */
+static bool
+CouldPayAlone(const RpStripeSet *set, int s, int64 units)
+{
+	const RpStripeState *st = &set->read[s];
+	int64		dealt = 0;
+
+	if (set->halted[s])
+		return false;
+	for (int i = 0; i < st->ndealt; i++)
+		dealt += st->dealt[i];
+	if (units > 0)
+		return st->balance - dealt >= units &&
+			(set->act->packets == 0 || st->packets - st->ndealt > 0);
+	return st->ndealt > 0 || (!set->deal && st->packets > 0 && st->balance > 0);
+}
+
+/* A guess proves exhaustion: even every committed balance together cannot pay. */
+static bool
+GuessExhausted(const RpStripeSet *set, int64 units)
+{
+	int64		money = 0;
+	int64		packets = 0;
+
+	for (int s = 0; s < set->n; s++)
+	{
+		money += set->read[s].balance;
+		packets += set->read[s].packets;
+	}
+	if (set->act->packets != 0 && packets == 0)
+		return true;
+	return units > 0 ? money < units : money == 0;
+}
+
+/* Decide over the stripes held; write on success. */
+static RpTakeResult
+DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
+{
+	RpTakeResult stale;
+
+	RpStripeSetRead(set, false);
+	stale = RpStripeSetStale(set);
+	if (stale != RP_TAKE_OK)
+	{
+		RpStripeSetRelease(set);
+		return stale;
+	}
+	switch (RpStripeSetTake(set, units, start, stripe, amount))
+	{
+		case RP_ALLOC_PAID:
+			RpStripeSetWrite(set);
+			return RP_TAKE_OK;
+		case RP_ALLOC_EXHAUSTED:
+			RpStripeSetRelease(set);
+			return RP_TAKE_EXHAUSTED;
+		case RP_ALLOC_NEED_ALL:
+			break;
+	}
+	return RP_TAKE_DIVERT;		/* not decided with the stripes held */
+}
+
+/*
+ * Probe from the spread: try-lock a stripe, decide with the stripes held so
+ * far.  RP_TAKE_DIVERT when the probes did not decide; RP_TAKE_WAIT when no
+ * stripe could be locked.
+ */
+static RpTakeResult
+Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int *wait)
+{
+	int			tried = 0;
+
+	for (int i = 0; i < set->n && tried < RP_CAREFUL_PROBES; i++)
+	{
+		int			s = (start + i) % set->n;
+		RpTakeResult r;
+
+		if (!RpStripeSetTryLock(set, s))
+			continue;
+		tried++;
+		r = DecideHeld(set, units, start, stripe, amount);
+		if (r != RP_TAKE_DIVERT)
+			return r;
+	}
+	if (tried == 0)
+	{
+		*wait = start;
+		return RP_TAKE_WAIT;
+	}
+	return RP_TAKE_DIVERT;
+}
+
+RpTakeResult
+RpTakeCareful(const RpActivity *act, int64 units, bool all_held, int *stripe, int64 *amount,
+			  int *wait)
+{
+	RpStripeSet set;
+	int			start = RpStartStripe(act);
+	int			first = -1;
+	int		   *cand = palloc(sizeof(int) * act->stripes);
+	int			ncand;
+	RpTakeResult r;
+
+	RpStripeSetInit(&set, act);
+	if (all_held)
+	{
+		/* the caller waited for them all: take them again, as a set of ours */
+		if (!RpStripeSetLockAll(&set, wait))
+			elog(ERROR, "a stripe held by this transaction was busy");
+		r = DecideHeld(&set, units, start, stripe, amount);
+		if (r == RP_TAKE_DIVERT)
+			elog(ERROR, "claim could not be decided with every stripe locked");
+		return r;
 	}
 
-	/* Every stripe was busy: the caller waits for the first one. */
-	if (!locked_any)
+	r = Probe(&set, units, start, stripe, amount, wait);
+	if (r != RP_TAKE_DIVERT)
+		return r;
+	RpStripeSetRelease(&set);
+
+	/*
+	 * Every stripe, read without locks: a freeze, close or new schedule
+	 * already committed; exhausted; or who could pay alone.
+	 */
+	RpStripeSetRead(&set, true);
+	for (int s = 0; s < set.n; s++)
 	{
-		*stripe = start;
+		if (set.halted[s])
+			return RP_TAKE_HALTED;
+		if (set.revision[s] != act->revision)
+			return RP_TAKE_STALE;
+	}
+	if (GuessExhausted(&set, units))
+		return RP_TAKE_EXHAUSTED;
+	ncand = 0;
+	for (int i = 0; i < set.n; i++)
+	{
+		int			s = (start + i) % set.n;
+
+		if (CouldPayAlone(&set, s, units))
+			cand[ncand++] = s;
+	}
+	for (int i = 0; i < ncand; i++)
+	{
+		int			s = cand[i];
+
+		if (!RpStripeSetTryLock(&set, s))
+		{
+			if (first < 0)
+				first = s;		/* busy, but it could pay alone */
+			continue;
+		}
+		r = DecideHeld(&set, units, s, stripe, amount);
+		if (r != RP_TAKE_DIVERT)
+			return r;
+		RpStripeSetRelease(&set);
+	}
+	if (first >= 0)
+	{
+		*wait = first;
 		return RP_TAKE_WAIT;
 	}
 
-	if (fast)
-		return RP_TAKE_DIVERT;
-	return GatherStripes(act, start, units, stripe);
+	/* Only every stripe together can pay: gather. */
+	if (!RpStripeSetLockAll(&set, wait))
+		return RP_TAKE_GATHER;
+	RpStatsCount(act->id, RP_STAT_GATHER);
+	r = DecideHeld(&set, units, start, stripe, amount);
+	if (r == RP_TAKE_DIVERT)
+		elog(ERROR, "claim could not be decided with every stripe locked");
+	return r;
 }

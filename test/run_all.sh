@@ -58,7 +58,8 @@ elif ! bash "$ROOT/test/setup.sh"; then
     exit 1
 fi
 
-# Citus for the scale-out TAP test (test/t/201_citus.pl skips without it):
+# Citus for the scale-out TAP tests (test/t/201_citus.pl and 202_citus_same_user.pl
+# skip without it):
 # built once from CITUS_SRC and cached in test/citus/build/.
 if ! bash "$ROOT/test/citus/build.sh"; then
     failed=$((failed + 1))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-citus: rp_claim throughput on a Citus cluster against a single
-# node, side by side in one run (issue 13).
+# node and against an empty delegated call, side by side in one run.
 #
 # Starts four servers of the same PostgreSQL build on loopback: a Citus
 # coordinator and two workers (citus,redpacket preloaded; rp_distribute()),
@@ -15,7 +15,10 @@
 #            same arguments, distributed like rp_claim (colocated with
 #            redpacket.activity, force_delegation), through the coordinator
 #            and on the single node: the cost of a delegated call itself,
-#            whatever the function does (the floor of the coord target)
+#            whatever the function does.  noop-coord is the reference line:
+#            every target's rate is also given as a ratio to it, round by
+#            round (coord / noop-coord is what redpacket's own work costs
+#            through Citus).
 # Every claim is by a new user; the activities are large enough never to run
 # out.  After every run the invariants of its activities are checked (Σ claims
 # + Σ stripes + returned = funded, one claim per key, no negative stripe,
@@ -27,8 +30,8 @@
 # Environment: PG_CONFIG (the build, default the system one), CLIENTS (16),
 # SECONDS_PER_RUN (15), ROUNDS (2), STRIPES (64), CITUS_BENCH_PORT (57000:
 # uses that port and the next three), CITUS_BENCH_KEEP=1 (leave the servers
-# running and print how to reach them), PROTOCOL (pgbench -M: simple, the
-# default, or prepared), CITUS_BENCH_OUT (the markdown written, default
+# running and print how to reach them), PROTOCOL (pgbench -M: prepared,
+# the default, or simple), CITUS_BENCH_OUT (the markdown written, default
 # test/bench/results/citus.md).  Run as root or as postgres (initdb refuses
 # root).  About 3 minutes with the defaults.
 set -euo pipefail
@@ -41,7 +44,7 @@ ROUNDS=${ROUNDS:-2}
 STRIPES=${STRIPES:-64}
 BASE=${CITUS_BENCH_PORT:-57000}
 OUT=${CITUS_BENCH_OUT:-$HERE/results/citus.md}
-PROTOCOL=${PROTOCOL:-simple}
+PROTOCOL=${PROTOCOL:-prepared}
 
 if [ "$(id -u)" -eq 0 ]; then
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-bench-citus.XXXXXX")
@@ -185,30 +188,47 @@ check() {
 }
 
 # CPU time of a group of servers so far, in clock ticks: every postmaster's
-# own and its exited children's (the backends of a finished run).
+# own, its exited children's (the backends of a finished run) and its live
+# children's (the WAL writer, the checkpointer, ...).
 cpu_ticks() {
-    local n p sum=0 f
+    local n p c sum=0 f
     for n in "$@"; do
         p=$(head -1 "$DIR/$n/postmaster.pid")
         read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
         sum=$((sum + f[11] + f[12] + f[13] + f[14]))
+        for c in $(pgrep -P "$p"); do
+            read -r -a f < <(sed 's/.*) //' "/proc/$c/stat" 2>/dev/null) || continue
+            sum=$((sum + f[11] + f[12]))
+        done
     done
     echo "$sum"
 }
 
-declare -A TPS RETRIED FAILED CPU CPUCO
+# Busy clock ticks of the whole machine so far (every core), and this
+# shell's reaped children's (pgbench) CPU.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+own_child_ticks() { sed 's/.*) //' "/proc/$$/stat" | awk '{print $14 + $15}'; }
+
+declare -A TPS RETRIED FAILED CPU CPUCO LOADRUN OTHER
 run() {
     local label=$1 node=$2 script=$3 vars=$4 out tps retr fail c0 c1 n servers
+    local m0 m1 a0 a1 p0 p1 t0 t1
     servers=(coord worker1 worker2)
     [ "$node" = single ] && servers=(single)
     c0=$(cpu_ticks "${servers[@]}")
     k0=$(cpu_ticks coord)
+    a0=$(cpu_ticks "${NAMES[@]}") m0=$(machine_ticks) p0=$(own_child_ticks) t0=$(date +%s%N)
     # shellcheck disable=SC2086
     out=$("$BIN/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j 2 -T "$SECS" --max-tries=20 -f "$DIR/$script" $vars \
           -h 127.0.0.1 -p "$(port_of "$node")" postgres 2>&1) || { echo "$out" >&2; exit 1; }
     sleep 1     # let the backends of the run exit and be counted
     c1=$(cpu_ticks "${servers[@]}")
     k1=$(cpu_ticks coord)
+    a1=$(cpu_ticks "${NAMES[@]}") m1=$(machine_ticks) p1=$(own_child_ticks) t1=$(date +%s%N)
+    # other work on the machine meanwhile: busy ticks not of our servers or pgbench
+    OTHER[$label]="${OTHER[$label]:-} $(awk -v b=$((m1 - m0 - (a1 - a0) - (p1 - p0))) \
+        -v t="$(getconf CLK_TCK)" -v s=$((t1 - t0)) -v c="$(nproc)" \
+        'BEGIN {o = 100 * b / t / (s / 1e9) / c; printf "%.0f", o < 0 ? 0 : o}')"
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     CPU[$label]="${CPU[$label]:-} $(awk -v c=$((c1 - c0)) -v t="$(getconf CLK_TCK)" -v n="$n" \
         'BEGIN {printf "%.3f", c * 1000 / t / n}')"
@@ -218,6 +238,7 @@ run() {
     retr=$(sed -n 's/^number of transactions retried: \([0-9]*\).*/\1/p' <<<"$out")
     fail=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
     TPS[$label]="${TPS[$label]:-} $tps"
+    LOADRUN[$label]="${LOADRUN[$label]:-} $(cut -d' ' -f1 /proc/loadavg)"
     RETRIED[$label]=$(( ${RETRIED[$label]:-0} + ${retr:-0} ))
     FAILED[$label]=$(( ${FAILED[$label]:-0} + ${fail:-0} ))
     printf '%-7s %10s claims/s  retried %s failed %s  (load %s)\n' "$label" "$tps" "${retr:-0}" \
@@ -230,10 +251,10 @@ for r in $(seq 1 "$ROUNDS"); do
     LOADS+=("$(cut -d' ' -f1 /proc/loadavg)")
     run single single one.pgbench "-D act=$AS";            check single "$AS"
     run coord coord one.pgbench "-D act=$A1";              check coord "$A1"
+    run noop-coord coord noop.pgbench "-D act=$A1"
     run worker worker1 one.pgbench "-D act=$A1";           check coord "$A1"
     run coord2 coord two.pgbench "-D a1=$A1 -D a2=$A2";    check coord "$A1"; check coord "$A2"
     run noop-single single noop.pgbench "-D act=$AS"
-    run noop-coord coord noop.pgbench "-D act=$A1"
 done
 
 # Citus's distributed deadlock detector cancels, from every node's log.
@@ -245,10 +266,10 @@ done
 crashes=$(cat "$DIR"/coord.log "$DIR"/worker?.log | grep -c 'terminated by signal\|exited with exit code' || true)
 
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-# The ratio that means something on a shared machine: each target against the
-# single node of the same round (run back to back), then the median of those.
+# The ratio that means something on a shared machine: each target against a
+# reference target of the same round (run close by), then the median of those.
 ratios() {
-    local t=($1) s=(${TPS[single]}) i out=''
+    local t=($1) s=($2) i out=''
     for i in "${!t[@]}"; do
         out+=" $(awk -v a="${t[$i]}" -v b="${s[$i]}" 'BEGIN {printf "%.2f", a / b}')"
     done
@@ -257,22 +278,29 @@ ratios() {
 {
     echo "# bench-citus run $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
-    echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, worker, coord2,"
-    echo "noop-single, noop-coord),"
+    echo "$CLIENTS clients, $SECS s per run, $ROUNDS rounds (order per round: single, coord, noop-coord,"
+    echo "worker, coord2, noop-single),"
     echo "one activity of 1,000,000.00 in $STRIPES stripes per target, rp_claim of 0.01 by a new user each,"
     echo "pgbench -M $PROTOCOL, fsync off on every server; $(nproc) cores shared with other work;"
     echo "1-minute load average at each round's start: ${LOADS[*]}."
     echo "Citus $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'citus'"),"
     echo "redpacket $(q coord "SELECT extversion FROM pg_extension WHERE extname = 'redpacket'")."
     echo
-    echo "| target | claims/s per round | median claims/s | vs single node, per round | median ratio | retried | failed |"
-    echo "|---|---|---:|---|---:|---:|---:|"
-    for l in coord coord2 worker single; do
-        r=$(ratios "${TPS[$l]}")
-        printf '| %s | %s | %.0f | %s | %.2fx | %s | %s |\n' "$l" \
+    echo "| target | calls/s per round | median calls/s | vs single node, per round | median | vs noop-coord, per round | median | retried | failed |"
+    echo "|---|---|---:|---|---:|---|---:|---:|---:|"
+    for l in coord coord2 worker single noop-coord noop-single; do
+        r=$(ratios "${TPS[$l]}" "${TPS[single]}")
+        e=$(ratios "${TPS[$l]}" "${TPS[noop-coord]}")
+        printf '| %s | %s | %.0f | %s | %.2fx | %s | %.2fx | %s | %s |\n' "$l" \
             "$(echo ${TPS[$l]} | sed 's/\.[0-9]*//g; s/ /, /g')" "$(median <<<"${TPS[$l]}")" \
-            "$(echo $r | sed 's/ /, /g')" "$(median <<<"$r")" "${RETRIED[$l]}" "${FAILED[$l]}"
+            "$(echo $r | sed 's/ /, /g')" "$(median <<<"$r")" \
+            "$(echo $e | sed 's/ /, /g')" "$(median <<<"$e")" "${RETRIED[$l]}" "${FAILED[$l]}"
     done
+    echo
+    echo "Reference line: the empty delegated call (noop-coord), $(median <<<"${TPS[noop-coord]}" | awk '{printf "%.0f", $1}') calls/s; a claim through"
+    echo "the coordinator runs at $(median <<<"$(ratios "${TPS[coord]}" "${TPS[noop-coord]}")")x its rate (median of the rounds). On the $(nproc) cores every server"
+    echo "and pgbench share, $(awk -v c="$(nproc)" -v r="$(median <<<"${TPS[noop-coord]}")" 'BEGIN {printf "%.3f", c * 1000 / r}') ms of the machine per empty delegated call,"
+    echo "$(awk -v c="$(nproc)" -v r="$(median <<<"${TPS[coord]}")" 'BEGIN {printf "%.3f", c * 1000 / r}') ms per claim through the coordinator, $(awk -v c="$(nproc)" -v r="$(median <<<"${TPS[single]}")" 'BEGIN {printf "%.3f", c * 1000 / r}') ms per claim on the single node."
     echo
     echo "Server CPU per claim (all servers of the target: the three Citus nodes, or the single"
     echo "node; includes connection start-up), less sensitive to the other load than claims/s:"
@@ -285,15 +313,16 @@ ratios() {
         printf '| %s | %s | %.3f | %.3f | %.2fx |\n' "$l" "$(echo ${CPU[$l]} | sed 's/ /, /g')" "$m" \
             "$(median <<<"${CPUCO[$l]}")" "$(awk -v a="$sc" -v b="$m" 'BEGIN {print a / b}')"
     done
-    nc=$(median <<<"${CPU[noop-coord]}")
-    ns=$(median <<<"${CPU[noop-single]}")
+    ms() { awk -v c="$(nproc)" -v r="$(median <<<"${TPS[$1]}")" 'BEGIN {printf "%.3f", c * 1000 / r}'; }
     echo
-    echo "The floor of the coord target: an empty function delegated through the coordinator"
-    echo "costs $nc ms of server CPU per call ($ns ms on the single node). The claim's own work"
-    echo "on the single node (single - noop-single) is $(awk -v a="$sc" -v b="$ns" 'BEGIN {printf "%.3f", a - b}') ms; were costs additive and that work the"
-    echo "same on the worker, a claim through the coordinator would cost $(awk -v a="$sc" -v b="$ns" -v c="$nc" 'BEGIN {printf "%.3f", c + a - b}') ms, $(awk -v a="$sc" -v b="$ns" -v c="$nc" 'BEGIN {printf "%.2f", a / (c + a - b)}')x"
-    echo "the single node. They are not while the servers share the cores: the coordinator's"
-    echo "part of coord and of noop-coord is the same work."
+    echo "What a claim adds to a call, in machine time per call (cores / calls per second,"
+    echo "pgbench included): through the coordinator $(awk -v a="$(ms coord)" -v b="$(ms noop-coord)" 'BEGIN {printf "%.3f", a - b}') ms (coord - noop-coord),"
+    echo "on the single node $(awk -v a="$(ms single)" -v b="$(ms noop-single)" 'BEGIN {printf "%.3f", a - b}') ms (single - noop-single)."
+    echo "1-minute load average at the end of each run (our servers and pgbench count in it):"
+    echo "$(for l in single coord noop-coord worker coord2 noop-single; do printf '%s %s; ' "$l" "${LOADRUN[$l]# }"; done)"
+    echo "CPU of other work on the machine during each run, % of its $(nproc) cores (busy time"
+    echo "less our four servers' and pgbench's):"
+    echo "$(for l in single coord noop-coord worker coord2 noop-single; do printf '%s %s; ' "$l" "${OTHER[$l]# }"; done)"
     echo
     echo "coord: through the coordinator, delegated to worker1; coord2: clients split over two"
     echo "activities, one on each worker; worker: directly on worker1; single: plain PostgreSQL;"

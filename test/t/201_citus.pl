@@ -1,4 +1,4 @@
-# redpacket on a real Citus cluster (issue 13): a coordinator and two workers
+# redpacket on a real Citus cluster: a coordinator and two workers
 # on loopback, rp_distribute(), then every kind of call through the
 # coordinator, the node guard, the worker's expiry settlement, 16 clients
 # claiming at once on activities placed on both workers, and the
@@ -12,28 +12,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RedpacketTest;
 
-my $coord = PostgreSQL::Test::Cluster->new('coord');
-my $libdir = $coord->config_data('--pkglibdir');
-plan skip_all => "Citus is not installed in $libdir (run test/citus/build.sh)"
-  unless -f "$libdir/citus.so";
-
-my @workers = map { PostgreSQL::Test::Cluster->new("worker$_") } (1, 2);
+my ($coord, @workers) = RedpacketTest::citus_nodes();
 my @nodes = ($coord, @workers);
-for my $n (@nodes)
-{
-	$n->init;
-	$n->append_conf(
-		'postgresql.conf', q{
-shared_preload_libraries = 'citus,redpacket'
-listen_addresses = '127.0.0.1'
-redpacket.reconcile_interval = 1
-max_connections = 60
-citus.node_conninfo = 'sslmode=disable'
-});
-	$n->start;
-	$n->safe_psql('postgres', 'CREATE EXTENSION citus; CREATE EXTENSION redpacket;');
-}
 my $cport = $coord->port;
 
 sub q_coord { return $coord->safe_psql('postgres', $_[0]); }
@@ -122,11 +104,18 @@ $dist->quit;
 ok( $coord->poll_query_until('postgres',
 		"SELECT bool_and(metadatasynced) FROM pg_dist_node WHERE groupid <> 0"),
 	'worker metadata synced after rp_distribute');
+# Every table of an activity's rows (the activity itself, and each table
+# with an activity_id column) is hash-distributed, all in one group.
 is( q_coord(
-		"SELECT count(*), count(DISTINCT colocationid) FROM pg_dist_partition"
-		  . " WHERE logicalrelid::text LIKE 'redpacket.%' AND partmethod = 'h'"),
-	'6|1',
-	'all six tables hash-distributed by activity, in one colocation group');
+		"SELECT count(*) FILTER (WHERE p.logicalrelid IS NULL OR p.partmethod <> 'h'),"
+		  . " count(DISTINCT p.colocationid), count(*) >= 8"
+		  . " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+		  . " LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid"
+		  . " WHERE n.nspname = 'redpacket' AND c.relkind IN ('r', 'p')"
+		  . "   AND (c.relname = 'activity' OR EXISTS (SELECT 1 FROM pg_attribute a"
+		  . "        WHERE a.attrelid = c.oid AND a.attname = 'activity_id' AND NOT a.attisdropped))"),
+	'0|1|t',
+	'every table of activity rows hash-distributed by activity, in one colocation group');
 is( q_coord(
 		"SELECT string_agg(p.proname || ':' || coalesce(o.force_delegation, false), ',' ORDER BY p.proname)"
 		  . " FROM pg_dist_object o JOIN pg_proc p ON p.oid = o.objid"
@@ -153,28 +142,8 @@ for my $w (@workers)
 }
 
 # Activities, until each worker holds at least one of each kind we need.
-my %port_of = map { $_->port => $_ } @workers;
-sub holder
-{
-	my ($aid) = @_;
-	return q_coord(
-		    "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)"
-		  . " WHERE p.shardid = get_shard_id_for_distribution_column('redpacket.activity', $aid)");
-}
-sub two_placed
-{
-	my ($create) = @_;
-	my %got;
-	for (1 .. 40)
-	{
-		my $aid = q_coord("SELECT $create");
-		my $port = holder($aid);
-		$got{$port} //= $aid;
-		last if keys %got == 2;
-	}
-	die "could not place activities on both workers" unless keys %got == 2;
-	return map { $got{ $_->port } } @workers;
-}
+sub holder { return RedpacketTest::citus_holder($coord, $_[0]); }
+sub two_placed { return RedpacketTest::citus_placed($coord, \@workers, $_[0]); }
 my @fixed = two_placed('redpacket.rp_create_activity(7.00, stripes => 2)');
 my @lucky = two_placed('redpacket.rp_create_activity(50.00, 10, stripes => 4)');
 my ($rain) = two_placed(
@@ -267,6 +236,15 @@ is(reconcile_ok($nd[0], 'false'),
 	unlike($err, qr/executing the (command|copy) locally: (INSERT|UPDATE)|intermediate_result|issuing/,
 		'its fast path runs no statement through Citus (local shard tables)')
 	  or diag $err;
+	# and none at all by default: direct.c writes the shard tables
+	($rc, $out, $err) = try_psql($hw,
+		"SET client_min_messages = debug1; SELECT status FROM redpacket.rp_claim($fixed[0], 'loc4', 0.07)");
+	is($out, 'claimed', 'another claim directly on the worker');
+	like($err, qr/redpacket: claim took the direct path/,
+		'it takes the direct path on the shard tables') or diag $err;
+	($rc, $out, $err) = try_psql($coord,
+		"SELECT status FROM redpacket.rp_claim($fixed[0], 'loc4', 0.07)");
+	is($out, 'duplicate', 'the same user through the coordinator: duplicate');
 	($rc, $out, $err) = try_psql($hw,
 		"$log SELECT count(*) FROM redpacket.rp_claim_batch($fixed[0], ARRAY['loc2','loc3'],"
 		  . " ARRAY[0.07, 0.07])");

@@ -1,0 +1,52 @@
+/*
+ * fast.h
+ *		The fast path: a fixed-amount claim under READ COMMITTED checked,
+ *		paid and recorded in one attempt on one stripe, by one of three
+ *		backends chosen in one place (fast.c): the executor-direct one on a
+ *		single node (direct.c), one prepared SQL statement (fast.c, the SPI
+ *		path), or the same statements on a Citus node's shard tables
+ *		(scaleout.c).
+ */
+#ifndef RP_FAST_H
+#define RP_FAST_H
+
+#include "rules.h"
+
+/* The claim a fast attempt inserts, and what it got. */
+typedef struct RpFastClaim
+{
+	text	   *user_id;
+	text	   *request_id;		/* may be NULL */
+	text	   *key;			/* idempotency key */
+	Numeric		amount;
+	int64		units;
+	int64		claim_id;		/* out */
+	TimestampTz claimed_at;		/* out */
+} RpFastClaim;
+
+/*
+ * One attempt on a stripe whose lock the caller holds, with the user's
+ * locks held, under READ COMMITTED.  It pays and records the claim, or
+ * writes nothing when any of these fails: no claim under the key, room
+ * under the user's limit, the user on a restricted activity's list, the
+ * stripe not halted and at the revision of act, enough undealt money and an
+ * undealt packet.  On false the careful path decides (and says why).
+ */
+extern bool RpFastTake(const RpActivity *act, int stripe, RpFastClaim *fc);
+
+/* direct.c: the executor-direct backend. */
+typedef enum RpDirectResult
+{
+	RP_DIRECT_TOOK,				/* paid and claimed */
+	RP_DIRECT_DIVERT,			/* nothing written: the careful path decides */
+	RP_DIRECT_UNUSED			/* not applicable: another backend runs it */
+} RpDirectResult;
+
+extern bool rp_direct_claims;
+extern RpDirectResult RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc);
+
+/* scaleout.c: the Citus shard backend. */
+extern bool RpShardFastClaim(const RpActivity *act, int stripe, int64 units,
+							 RpFastClaim *fast);
+
+#endif							/* RP_FAST_H */
