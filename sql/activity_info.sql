@@ -1,7 +1,9 @@
 -- rp_activity_info: what an application may read about one activity (state,
--- remaining amount and packets, schedule), granted by rp_grant_app, and the
--- counters' behaviour on a server that did not preload redpacket (this
--- one): activity_stats is empty and rp_stats_reset forgets nothing.
+-- remaining amount and packets, schedule, today's funded total and packet
+-- cap, and with a user whether that user is eligible), granted by
+-- rp_grant_app, and the counters' behaviour on a server that did not
+-- preload redpacket (this one): activity_stats is empty and rp_stats_reset
+-- forgets nothing.
 SET client_min_messages = warning;
 
 SELECT redpacket.rp_create_activity(10.00, 4, starts_at => '2020-01-01', stripes => 2, name => 'info') AS a \gset
@@ -28,14 +30,15 @@ CREATE ROLE regress_rp_info_app;
 SELECT redpacket.rp_grant_app('regress_rp_info_app');
 SET ROLE regress_rp_info_app;
 SELECT state, remaining_amount, remaining_packets FROM redpacket.rp_activity_info(:a);
+SELECT eligible FROM redpacket.rp_activity_info(:a, 'u1');
 \set VERBOSITY sqlstate
 SELECT count(*) FROM redpacket.activity;
 SELECT count(*) FROM redpacket.activity_stats;
 \set VERBOSITY default
 RESET ROLE;
-SELECT has_function_privilege('regress_rp_info_app', 'redpacket.rp_activity_info(bigint)', 'EXECUTE') AS app_info,
+SELECT has_function_privilege('regress_rp_info_app', 'redpacket.rp_activity_info(bigint, text)', 'EXECUTE') AS app_info,
        has_function_privilege('regress_rp_info_app', 'redpacket.rp_stats_reset(bigint)', 'EXECUTE') AS app_reset,
-       has_function_privilege('public', 'redpacket.rp_activity_info(bigint)', 'EXECUTE') AS public_info;
+       has_function_privilege('public', 'redpacket.rp_activity_info(bigint, text)', 'EXECUTE') AS public_info;
 
 -- an operator role gets the counters
 CREATE ROLE regress_rp_info_op;

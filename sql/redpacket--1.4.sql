@@ -1179,6 +1179,221 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
 
 -- [campaign] Eligibility lists, live changes and their record -----------------
 
+-- rp_create_activity and rp_activity_info gain an argument: new functions
+-- replace the 1.3 ones, with the EXECUTE grants of the old ones (below).
+CREATE FUNCTION redpacket.rp_create_activity(
+    total          numeric,
+    packets        integer DEFAULT NULL,
+    starts_at      timestamptz DEFAULT pg_catalog.now(),
+    ends_at        timestamptz DEFAULT NULL,
+    stripes        integer DEFAULT NULL,
+    name           text DEFAULT NULL,
+    scale          integer DEFAULT 2,
+    per_user_limit integer DEFAULT 1,
+    restricted     boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_create_activity'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean) IS
+    'Funds a new activity with total (split over stripes sub-balances) and returns its id; packets caps the number of claims and enables lucky draws; restricted pays only the users rp_allow lists.';
+REVOKE ALL ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean) FROM PUBLIC;
+
+-- Today's funded total and packet cap (the ledger's sums; activity.total and
+-- activity.packets keep what the activity was created with), and whether it
+-- is restricted.  Columns are only added at the end.
+CREATE OR REPLACE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       l.funded AS total,
+       l.funded OPERATOR(pg_catalog.-) l.returned
+                OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at,
+       (a.packets OPERATOR(pg_catalog.+) l.added_packets)::pg_catalog.int8 AS packets,
+       a.restricted
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+CROSS JOIN LATERAL (
+    SELECT COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}')), 0)
+           OPERATOR(pg_catalog.-)
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'withdraw'), 0) AS funded,
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{return,refund}')), 0) AS returned,
+           COALESCE(pg_catalog.sum(g.packets) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'top_up'), 0) AS added_packets
+    FROM redpacket.ledger g
+    WHERE g.activity_id OPERATOR(pg_catalog.=) a.id) l
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true;
+COMMENT ON COLUMN redpacket.activity_status.total IS
+    'Funded budget today: the funding plus top-ups less withdrawals (activity.total keeps the budget at creation).';
+COMMENT ON COLUMN redpacket.activity_status.claimed_amount IS
+    'total - returned - remaining: what claims have taken (returned counts the remainder given back at close or expiry, and refunds).';
+COMMENT ON COLUMN redpacket.activity_status.packets IS
+    'Packet cap today: the cap at creation plus the packets of the top-ups; NULL when there is no cap.';
+COMMENT ON COLUMN redpacket.activity_status.restricted IS
+    'True when only the users on the activity''s list may claim (redpacket.eligible).';
+
+CREATE FUNCTION redpacket.rp_activity_info(activity bigint, user_id text DEFAULT NULL)
+RETURNS TABLE (state text, remaining_amount numeric, remaining_packets bigint,
+               starts_at timestamptz, ends_at timestamptz, total numeric, packets bigint,
+               eligible boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF activity IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'activity must not be NULL';
+    END IF;
+    IF pg_catalog.octet_length(user_id) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'user_id must not be empty';
+    END IF;
+    IF pg_catalog.octet_length(user_id) OPERATOR(pg_catalog.>) 256 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'user_id is too long',
+            DETAIL = pg_catalog.format('A user_id has at most 256 bytes; this one has %s.',
+                                       pg_catalog.octet_length(user_id));
+    END IF;
+    RETURN QUERY
+        SELECT s.state, s.remaining_amount, s.remaining_packets, s.starts_at, s.ends_at,
+               s.total, s.packets,
+               CASE WHEN rp_activity_info.user_id IS NULL THEN NULL
+                    WHEN NOT s.restricted THEN true
+                    ELSE EXISTS (SELECT FROM redpacket.eligible e
+                                  WHERE e.activity_id OPERATOR(pg_catalog.=) s.id
+                                    AND e.user_id OPERATOR(pg_catalog.=) rp_activity_info.user_id)
+               END
+          FROM redpacket.activity_status s
+         WHERE s.id OPERATOR(pg_catalog.=) rp_activity_info.activity;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = pg_catalog.format('activity %s does not exist', activity);
+    END IF;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_activity_info(bigint, text) IS
+    'Read-only view of one activity for applications: its state (scheduled, active, exhausted, ended, frozen), remaining amount and packets, start and end, funded total and packet cap today, and with a user_id whether that user is eligible (unrestricted, or on the list; NULL without a user). Granted by rp_grant_app.';
+REVOKE ALL ON FUNCTION redpacket.rp_activity_info(bigint, text) FROM PUBLIC;
+
+-- The roles that could call the 1.3 functions can call the new ones.  (An
+-- update script's GRANTs count as the extension's initial privileges, so
+-- pg_dump leaves these out: README "Upgrading".)
+DO $$
+DECLARE
+    f record;
+    g record;
+BEGIN
+    FOR f IN SELECT * FROM (VALUES
+        ('redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer)',
+         'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+        ('redpacket.rp_activity_info(bigint)', 'redpacket.rp_activity_info(bigint, text)')) v(old, new)
+    LOOP
+        FOR g IN SELECT a.grantee, a.is_grantable
+                   FROM pg_catalog.pg_proc p
+                  CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+                  WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
+                    AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+                    AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.new,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', f.old);
+    END LOOP;
+END
+$$;
+
+-- Eligibility lists in bulk: at most one lock per user bucket of the
+-- activity (64) whatever the size of the list.
+CREATE FUNCTION redpacket.rp_allow(activity bigint, user_ids text[])
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_allow'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_allow(bigint, text[]) IS
+    'Adds users to the list of a restricted activity (already listed ones are skipped) and returns how many were added; refused on an unrestricted or settled activity.';
+
+CREATE FUNCTION redpacket.rp_disallow(activity bigint, user_ids text[])
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rp_disallow'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_disallow(bigint, text[]) IS
+    'Removes users from the list of a restricted activity and returns how many were removed; their claims already made stay (a retry answers duplicate). Refused on an unrestricted or settled activity.';
+
+-- Changing a live activity, under every stripe lock, each a ledger entry
+-- (money) and a row of activity_change.
+CREATE FUNCTION redpacket.rp_top_up(activity bigint, amount numeric, packets integer DEFAULT NULL,
+                                    reason text DEFAULT NULL)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'rp_top_up'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_top_up(bigint, numeric, integer, text) IS
+    'Adds amount to the budget and packets to the packet cap of a live activity (packets required when it has a cap, 0 for money only; NULL when it has none), spread over the stripes; returns the new funded total.';
+
+CREATE FUNCTION redpacket.rp_withdraw(activity bigint, amount numeric, reason text DEFAULT NULL)
+RETURNS numeric
+AS 'MODULE_PATHNAME', 'rp_withdraw'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_withdraw(bigint, numeric, text) IS
+    'Gives amount of the unclaimed budget of a live activity back to the funder (ledger); every remaining packet keeps at least one minor unit. An error, nothing written, when the budget is smaller; returns the remaining budget.';
+
+CREATE FUNCTION redpacket.rp_set_window(activity bigint, starts_at timestamptz, ends_at timestamptz,
+                                        reason text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rp_set_window'
+LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_set_window(bigint, timestamptz, timestamptz, text) IS
+    'Moves the window of a live activity: claims from starts_at until ends_at (NULL: no end), which must be after starts_at.';
+
+REVOKE ALL ON FUNCTION redpacket.rp_allow(bigint, text[]), redpacket.rp_disallow(bigint, text[]),
+    redpacket.rp_top_up(bigint, numeric, integer, text), redpacket.rp_withdraw(bigint, numeric, text),
+    redpacket.rp_set_window(bigint, timestamptz, timestamptz, text) FROM PUBLIC;
+
+DELETE FROM redpacket.role_grant
+ WHERE privilege IN ('EXECUTE ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer)',
+                     'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint)');
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('app', 'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_allow(bigint, text[])'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_disallow(bigint, text[])'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_top_up(bigint, numeric, integer, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_withdraw(bigint, numeric, text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)'),
+    ('operator', 'SELECT ON redpacket.eligible');
+
 -- [wallet] Settling claims with the wallet -----------------------------------
 -- What the wallet service that pays users did with each claim: credited
 -- (it paid) or reversed (undone: the money went back to the activity, or to
@@ -1593,9 +1808,9 @@ SELECT a.id,
            ELSE 'active'
        END AS state,
        a.scale,
-       a.total,
-       a.total OPERATOR(pg_catalog.-) COALESCE(r.returned, 0)
-               OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       l.funded AS total,
+       l.funded OPERATOR(pg_catalog.-) l.returned
+                OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
        s.claims AS claimed_count,
        s.remaining AS remaining_amount,
        s.packets AS remaining_packets,
@@ -1607,6 +1822,8 @@ SELECT a.id,
        a.frozen_reason,
        (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
          WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at,
+       (a.packets OPERATOR(pg_catalog.+) l.added_packets)::pg_catalog.int8 AS packets,
+       a.restricted,
        u.since AS unchecked_since,
        u.error AS last_check_error
 FROM redpacket.activity a
@@ -1619,11 +1836,18 @@ CROSS JOIN LATERAL (
                             a.scale) AS remaining
     FROM redpacket.stripe st
     WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
-LEFT JOIN LATERAL (
-    SELECT pg_catalog.sum(l.amount) AS returned
-    FROM redpacket.ledger l
-    WHERE l.activity_id OPERATOR(pg_catalog.=) a.id
-      AND l.kind OPERATOR(pg_catalog.=) 'return') r ON true
+CROSS JOIN LATERAL (
+    SELECT COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}')), 0)
+           OPERATOR(pg_catalog.-)
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'withdraw'), 0) AS funded,
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{return,refund}')), 0) AS returned,
+           COALESCE(pg_catalog.sum(g.packets) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'top_up'), 0) AS added_packets
+    FROM redpacket.ledger g
+    WHERE g.activity_id OPERATOR(pg_catalog.=) a.id) l
 LEFT JOIN LATERAL (
     SELECT rc.checked_at, rc.ok, rc.pass_id
     FROM redpacket.reconciliation rc

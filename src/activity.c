@@ -6,15 +6,20 @@
  *		operator closes the activity or the reconciliation pass finds it
  *		expired.  Anything that changes what claims may do takes every stripe
  *		lock first, so it waits for claims in flight and they see it after.
+ *		From 1.4 each such change is also a row of redpacket.activity_change
+ *		(RpRecordChange), with the fields it changed before and after
+ *		(RpActivityState).
  */
 #include "postgres.h"
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
+#include "change.h"
 #include "redpacket.h"
 #include "settle.h"
 #include "stripe.h"
@@ -32,6 +37,14 @@ static RpPlan insert_activity = {
 	8, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
+static RpPlan insert_activity_14 = {
+	"INSERT INTO redpacket.activity"
+	"       (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+	9, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BOOLOID}
+};
+
 /* 1.4: the entry says how many packets it adds to the cap (NULL: none) */
 static RpPlan insert_ledger_14 = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
@@ -44,6 +57,39 @@ static RpPlan insert_ledger = {
 	" VALUES ($1, $2, $3, $4)",
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
 };
+
+/*
+ * What an operator's change can touch, today's values: the schedule, the
+ * holds, the funded total (the ledger's fund + top_up - withdraw) and the
+ * packet cap (activity.packets + the packets of the top-ups), what the
+ * stripes hold and what went back to the funder; only the keys $2 (1.4).
+ */
+static RpPlan activity_state = {
+	"SELECT pg_catalog.jsonb_object_agg(j.key, j.value)::pg_catalog.text"
+	"  FROM redpacket.activity a"
+	" CROSS JOIN LATERAL (SELECT"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}')), 0)"
+	"         OPERATOR(pg_catalog.-)"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) 'withdraw'), 0) AS funded,"
+	"       COALESCE(pg_catalog.sum(l.amount) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) ANY ('{return,refund}')), 0)"
+	"         AS returned,"
+	"       COALESCE(pg_catalog.sum(l.packets) FILTER (WHERE l.kind OPERATOR(pg_catalog.=) 'top_up'), 0) AS added"
+	"       FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) a.id) l"
+	" CROSS JOIN LATERAL (SELECT pg_catalog.sum(s.balance) AS balance, pg_catalog.sum(s.packets) AS packets"
+	"       FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) a.id) s"
+	" CROSS JOIN LATERAL pg_catalog.jsonb_each(pg_catalog.jsonb_build_object("
+	"       'starts_at', a.starts_at, 'ends_at', a.ends_at,"
+	"       'frozen_reason', a.frozen_reason, 'closed_at', a.closed_at,"
+	"       'funded', l.funded, 'packets', a.packets OPERATOR(pg_catalog.+) l.added,"
+	"       'remaining', pg_catalog.round(s.balance OPERATOR(pg_catalog./)"
+	"                    pg_catalog.power(10::pg_catalog.numeric, a.scale::pg_catalog.numeric), a.scale),"
+	"       'remaining_packets', s.packets, 'returned', l.returned)) j"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1 AND j.key OPERATOR(pg_catalog.=) ANY ($2)",
+	2, {INT8OID, TEXTARRAYOID}
+};
+
+/* What a settlement changes, for its activity_change row. */
+#define RP_SETTLE_FIELDS "closed_at,remaining,remaining_packets,returned"
 
 static RpPlan count_stripes = {
 	"SELECT pg_catalog.count(*) FROM redpacket.stripe s"
@@ -104,9 +150,13 @@ RpSyncHalt(int64 activity)
 		elog(ERROR, "could not mark stripes of activity " INT64_FORMAT, activity);
 }
 
-static void
-InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
-			 const char *reason)
+/*
+ * A ledger entry; packets is what it adds to the packet cap (0: none),
+ * recorded from 1.4 on.
+ */
+void
+RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
+			   const char *reason)
 {
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n'};
@@ -121,18 +171,65 @@ InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 pac
 		elog(ERROR, "could not write ledger entry");
 }
 
+/* "a,b,c" as a text[] */
+static ArrayType *
+KeyArray(const char *keys)
+{
+	Datum		d[16];
+	int			n = 0;
+
+	for (const char *k = keys; *k != '\0' && n < lengthof(d);)
+	{
+		const char *end = strchr(k, ',');
+		int			len = end ? (int) (end - k) : (int) strlen(k);
+
+		d[n++] = PointerGetDatum(cstring_to_text_with_len(k, len));
+		k += len + (end ? 1 : 0);
+	}
+	return construct_array(d, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+/*
+ * The fields keys (a comma-separated list of activity_state's keys) of the
+ * activity, today, as JSON text for RpRecordChange; NULL under a catalog
+ * older than 1.4, which records no changes.
+ */
+char *
+RpActivityState(int64 activity, const char *keys)
+{
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+
+	if (RpCatalogVersion() < RP_CATALOG_1_4)
+		return NULL;
+	values[0] = Int64GetDatum(activity);
+	values[1] = PointerGetDatum(KeyArray(keys));
+	if (RpExec(&activity_state, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the state of activity " INT64_FORMAT, activity);
+	d = RpGetDatum(0, 1, &isnull);
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
 /*
  * Return the unclaimed remainder to the funder and mark the activity
- * closed (settle.c).  The caller holds every stripe lock.  Returns the
- * remainder in minor units (0 when it was settled before).
+ * closed (settle.c), recorded as a close (1.4) when that changed anything.
+ * The caller holds every stripe lock.  Returns the remainder in minor units
+ * (0 when it was settled before).
  */
 int64
 RpSettle(const RpActivity *act, const char *reason)
 {
 	int64		remainder;
+	char	   *before;
+	char	   *after;
 
 	RpCheckStripeRows(act);
+	before = RpActivityState(act->id, RP_SETTLE_FIELDS);
 	RpSettleMany(&act->id, 1, GetCurrentTransactionStartTimestamp(), reason, false, &remainder);
+	after = RpActivityState(act->id, RP_SETTLE_FIELDS);
+	if (before != NULL && strcmp(before, after) != 0)
+		RpRecordChange(act->id, "close", before, after, NULL);
 	return remainder;
 }
 
@@ -160,11 +257,17 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	int32		stripes;
 	int32		per_user_limit;
 	TimestampTz starts_at;
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		restricted = false;
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64		id;
 
 	RpNoNull(PG_ARGISNULL(0), "total");
+	if (PG_NARGS() > 8)			/* 1.4 */
+	{
+		RpNoNull(PG_ARGISNULL(8), "restricted");
+		restricted = PG_GETARG_BOOL(8);
+	}
 	scale = IntArg(fcinfo, 6, "scale", RP_MIN_SCALE, RP_MAX_SCALE);
 	per_user_limit = IntArg(fcinfo, 7, "per_user_limit", 1, PG_INT32_MAX);
 	stripes = PG_ARGISNULL(4) ? rp_default_stripes
@@ -205,13 +308,15 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	values[6] = TimestampTzGetDatum(starts_at);
 	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
-	if (RpExec(&insert_activity, values, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+	values[8] = BoolGetDatum(restricted);
+	if (RpExec(PG_NARGS() > 8 ? &insert_activity_14 : &insert_activity, values, nulls, false,
+			   1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert activity");
 	id = RpGetInt64(0, 1, 0);
 
 	RpCreateStripes(id, total_units, packets, stripes);
 	values[0] = Int64GetDatum(id);
-	InsertLedger(id, "fund", total_units, scale, packets, "funded");
+	RpInsertLedger(id, "fund", total_units, scale, packets, "funded");
 	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert reconciliation state");
 
@@ -243,6 +348,8 @@ SetFrozen(int64 activity, text *reason)
 	RpActivity	act;
 	Datum		values[3];
 	char		nulls[3] = {' ', reason ? ' ' : 'n', ' '};
+	char	   *before;
+	char	   *after;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -252,12 +359,17 @@ SetFrozen(int64 activity, text *reason)
 	RpWaitAllStripes(&act);
 	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
 	RpCheckStripeRows(&act);
+	before = RpActivityState(activity, "frozen_reason");
 	values[0] = Int64GetDatum(activity);
 	values[1] = PointerGetDatum(reason);
 	values[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	if (RpExec(&set_frozen, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not update activity");
 	RpSyncHalt(activity);
+	after = RpActivityState(activity, "frozen_reason");
+	if (before != NULL && strcmp(before, after) != 0)
+		RpRecordChange(activity, reason ? "freeze" : "unfreeze", before, after,
+					   reason ? text_to_cstring(reason) : NULL);
 	SPI_finish();
 }
 

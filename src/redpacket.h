@@ -139,6 +139,9 @@ extern void RpActivityMetaRemember(const RpActivity *act);
 extern int64 RpSettle(const RpActivity *act, const char *reason);
 extern void RpSyncHalt(int64 activity);
 extern void RpCheckStripeRows(const RpActivity *act);
+extern void RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
+						   int32 packets, const char *reason);
+extern char *RpActivityState(int64 activity, const char *keys);
 
 /* args.c: argument checks shared by the SQL entry points */
 #define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */

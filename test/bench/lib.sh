@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by test/bench/run.sh and test/bench/reconcile_cost.sh: the throwaway
+# Sourced by the benchmark scripts (run.sh, reconcile_cost.sh, shed.sh, ...): the throwaway
 # cluster of test/lib/cluster.sh with durable settings (BENCH_DIR is its
 # directory, which also holds the pgbench logs), plus the root-to-postgres
 # hand-over that copies the results back (initdb refuses root).
@@ -118,6 +118,36 @@ if [ -n "${BENCH_PORTS:-}" ]; then
         return 1
     }
 fi
+
+# The measured window of a run, from pgbench's per-transaction logs on stdin
+# (client, xact, latency us, script, end s, end us): the transactions that
+# started from WARM seconds after the first start, for SECS seconds (less if
+# the run ended sooner: connecting hundreds of clients on a loaded machine
+# eats into pgbench's -T; then the last SECS seconds, or all of it).  Every
+# transaction started completes, so none is cut off.  Prints
+# "calls p50_ms p99_ms window_s start end" (start and end of the window in
+# seconds since the epoch, by the clients' clock).
+bench_window() {   # bench_window WARM SECS
+    awk -v secs="$2" -v warm="$1" '
+        { s = $5 + $6 / 1e6 - $3 / 1e6; st[NR] = s; l[NR] = $3
+          if (NR == 1 || s < smin) smin = s; if (NR == 1 || s > smax) smax = s }
+        END {
+            lo = smin + warm
+            if (smax - lo < secs / 2) lo = (smax - secs > smin) ? smax - secs : smin
+            hi = (lo + secs < smax) ? lo + secs : smax
+            if (hi <= lo) hi = lo + 0.001
+            printf "W %.3f %.6f %.6f\n", hi - lo, lo, hi
+            for (i = 1; i <= NR; i++) if (st[i] >= lo && st[i] < hi) print l[i]
+        }' | sort -k1,1 -g | awk '
+        $1 == "W" { w = $2; lo = $3; hi = $4; next }
+        { v[++n] = $1 }
+        END {
+            if (n == 0) { printf "0 NA NA %s %s %s\n", (w == "" ? 0 : w), lo + 0, hi + 0; exit }
+            i50 = int(n * 0.50 + 0.999999); if (i50 < 1) i50 = 1
+            i99 = int(n * 0.99 + 0.999999); if (i99 < 1) i99 = 1
+            printf "%d %.3f %.3f %s %s %s\n", n, v[i50] / 1000, v[i99] / 1000, w, lo, hi
+        }'
+}
 
 # The benchmark scripts' names for the shared library's functions.
 bench_psql() { rp_psql "$@"; }

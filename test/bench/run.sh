@@ -199,35 +199,6 @@ new_run() {        # bench.balance row for the baselines
     bench_psql -At -c "SELECT bench.new_run($FUNDED)"
 }
 
-# The measured window of a run, from pgbench's per-transaction logs on stdin
-# (client, xact, latency us, script, end s, end us): the transactions that
-# started from WARM seconds after the first start, for SECS seconds (less if
-# the run ended sooner: connecting hundreds of clients on a loaded machine
-# eats into pgbench's -T; then the last SECS seconds, or all of it).  Every
-# transaction started completes, so none is cut off.  Prints
-# "calls p50_ms p99_ms window_s".
-window() {   # window WARM
-    awk -v secs="$SECS" -v warm="$1" '
-        { s = $5 + $6 / 1e6 - $3 / 1e6; st[NR] = s; l[NR] = $3
-          if (NR == 1 || s < smin) smin = s; if (NR == 1 || s > smax) smax = s }
-        END {
-            lo = smin + warm
-            if (smax - lo < secs / 2) lo = (smax - secs > smin) ? smax - secs : smin
-            hi = (lo + secs < smax) ? lo + secs : smax
-            if (hi <= lo) hi = lo + 0.001
-            printf "W %.3f\n", hi - lo
-            for (i = 1; i <= NR; i++) if (st[i] >= lo && st[i] < hi) print l[i]
-        }' | sort -k1,1 -g | awk '
-        $1 == "W" { w = $2; next }
-        { v[++n] = $1 }
-        END {
-            if (n == 0) { printf "0 NA NA %s\n", (w == "" ? 0 : w); exit }
-            i50 = int(n * 0.50 + 0.999999); if (i50 < 1) i50 = 1
-            i99 = int(n * 0.99 + 0.999999); if (i99 < 1) i99 = 1
-            printf "%d %.3f %.3f %s\n", n, v[i50] / 1000, v[i99] / 1000, w
-        }'
-}
-
 # run_pgbench WORKLOAD STRIPES CLIENTS VIA SCRIPT KIND CLAIMS_PER_CALL
 # (STRIPES "default": an activity created without a stripes argument)
 run_pgbench() {
@@ -257,7 +228,7 @@ run_pgbench() {
         --log --log-prefix="$log" >"$log.out" 2>&1 || rc=$?
     waits=$(waits_stop "$log.waits")
     total=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log.out")
-    read -r calls p50 p99 secs < <(cat "$log".[0-9]* 2>/dev/null | window "$warm")
+    read -r calls p50 p99 secs _ < <(cat "$log".[0-9]* 2>/dev/null | bench_window "$warm" "$SECS")
     rm -f "$log".[0-9]*
     total=${total:-0}
     calls=${calls:-0}

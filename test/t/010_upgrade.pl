@@ -16,12 +16,17 @@
 # binary-upgrade pins legitimately differ and are masked).  A session
 # connected since before the update, and a transaction that claims, updates
 # and claims again, are served as the new catalog (a lucky draw pays an amount
-# an earlier draw dealt, which only the new catalog does).
+# an earlier draw dealt, which only the new catalog does).  Last, a 1.3
+# database with application and operator roles: the functions 1.4 replaces
+# (new arguments) keep their grants, a 1.3 activity takes top-ups,
+# withdrawals and a new window and its books balance, and role_grant is the
+# same after every update as in a fresh install.
 use strict;
 use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
@@ -302,6 +307,68 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 	upgrade_path($from);
 	same_as_fresh();
 	update_inside_claims($from);
+}
+
+# --- 1.3 -> 1.4 with roles: the replaced functions keep their grants ----------
+# rp_create_activity and rp_activity_info gained an argument in 1.4, so the
+# update replaces them; the roles that could call the 1.3 ones can call the
+# new ones, an operator gets the new functions from rp_grant_operator, and an
+# activity of 1.3 takes the 1.4 changes (its funding entry has no packets).
+{
+	local $db = 'up13roles';
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	sql("CREATE EXTENSION redpacket VERSION '1.3'");
+	sql('CREATE ROLE up_app; CREATE ROLE up_op');
+	sql("SELECT redpacket.rp_grant_app('up_app'), redpacket.rp_grant_operator('up_op')");
+	my $old = sql("SELECT redpacket.rp_create_activity(10.00, 5, stripes => 2, name => 'old')");
+	sql("SELECT redpacket.rp_claim($old, 'before', 1.00)");
+	sql('ALTER EXTENSION redpacket UPDATE');
+
+	is( sql(q{
+SELECT string_agg(has_function_privilege(r, f, 'EXECUTE')::text, ',' ORDER BY r, f)
+  FROM (VALUES ('up_app', 'redpacket.rp_activity_info(bigint, text)'),
+               ('up_op', 'redpacket.rp_activity_info(bigint, text)'),
+               ('up_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+               ('up_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+               ('public', 'redpacket.rp_activity_info(bigint, text)')) v(r, f)}),
+		'false,true,false,true,true',
+		'the replaced functions keep their grants, and PUBLIC has none');
+	is(sql("SELECT count(*) FROM pg_proc WHERE proname IN ('rp_create_activity', 'rp_activity_info')"),
+		'2', 'the 1.3 signatures are gone');
+	is(sql("SELECT has_function_privilege('up_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
+		'f', 'the new functions come with rp_grant_operator');
+	sql("SELECT redpacket.rp_grant_operator('up_op')");
+	is(sql("SELECT has_function_privilege('up_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
+		't', 'rp_grant_operator grants them');
+
+	is( sql("SET ROLE up_app; SELECT state || ',' || total || ',' || packets || ',' || eligible FROM redpacket.rp_activity_info($old, 'after')"),
+		'active,10.00,5,true', "an application reads a 1.3 activity through the new rp_activity_info");
+	is( sql(qq{SET ROLE up_op;
+SELECT redpacket.rp_top_up($old, 2.00, 2) || ',' || redpacket.rp_withdraw($old, 0.50)
+       || ',' || redpacket.rp_set_window($old, '2020-01-01', NULL)::text}),
+		'12.00,10.50,', 'an operator tops up, withdraws from and moves a 1.3 activity');
+	is( sql(qq{SELECT restricted || ',' || total || ',' || packets || ',' || remaining_packets
+                 FROM redpacket.activity_status WHERE id = $old}),
+		'false,11.50,7,6', 'it is unrestricted, its total and cap count the changes');
+	is(sql("SELECT packets IS NULL FROM redpacket.ledger WHERE activity_id = $old AND kind = 'fund'"),
+		't', 'its funding entry of 1.3 has no packets');
+	is( $node->safe_psql($db,
+			RedpacketTest::books_view() . "SELECT balanced FROM rp_books WHERE id = $old"),
+		't', 'its books balance');
+	my $vip = sql(qq{SET ROLE up_op;
+SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')});
+	is( sql(qq{SET ROLE up_op; SELECT redpacket.rp_allow($vip, ARRAY['a', 'b'])}),
+		'2', 'an operator creates a restricted activity and lists its users');
+}
+
+# The rows of role_grant are the extension's definition: the same after
+# every update as in a fresh install.
+my $grants_q = q{SELECT string_agg(role_kind || ' ' || privilege, E'\n' ORDER BY role_kind, privilege)
+                   FROM redpacket.role_grant};
+for my $db (qw(up10 up11 up12 up13 up13roles))
+{
+	is($node->safe_psql($db, $grants_q), $node->safe_psql('fresh', $grants_q),
+		"$db: role_grant as in a fresh install");
 }
 
 $node->stop;
