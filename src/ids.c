@@ -286,15 +286,31 @@ ReadPositions(RpIdMarks *now)
 	}
 }
 
+/*
+ * The marks are this node's: on a Citus cluster each node has its own
+ * sequences (rp_node_sequences), and Citus would refuse ALTER DATABASE on a
+ * worker and carry the coordinator's to every worker.  So the statement
+ * runs with Citus's DDL propagation off, when Citus is loaded.
+ */
 static void
 WriteMarks(const RpIdMarks *m)
 {
 	char	   *sql = psprintf("ALTER DATABASE %s SET " RP_IDS_SETTING " = %s",
 							   quote_identifier(get_database_name(MyDatabaseId)),
 							   quote_literal_cstr(FormatMarks(m)));
+	bool		citus = GetConfigOption("citus.enable_ddl_propagation", true, false) != NULL;
+	int			level = 0;
 
+	if (citus)
+	{
+		level = NewGUCNestLevel();
+		(void) set_config_option("citus.enable_ddl_propagation", "off", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
 	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not record the positions of redpacket's sequences");
+	if (citus)
+		AtEOXact_GUC(true, level);
 }
 
 /* Lock every table of the extension: no row can commit an id after this. */
