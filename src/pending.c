@@ -223,7 +223,7 @@ RpSettlementBegun(int64 activity)
 	/* under REPEATABLE READ a row committed after the snapshot is a 40001 */
 	if (IsolationUsesXactSnapshot())
 		return;
-	if (RpExec(&insert_state, &id, NULL, false, 0) != SPI_OK_INSERT)
+	if (RpExecOn(&insert_state, RpDistributed(), &id, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not make the settlement state of activity " INT64_FORMAT, activity);
 }
 
@@ -236,7 +236,7 @@ LockFrontier(int64 activity, int64 *through)
 {
 	Datum		id = Int64GetDatum(activity);
 
-	if (RpExec(&lock_state, &id, NULL, false, 1) != SPI_OK_SELECT)
+	if (RpExecOn(&lock_state, RpDistributed(), &id, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not lock the settlement state of activity " INT64_FORMAT, activity);
 	if (SPI_processed == 0)
 		return false;
@@ -266,7 +266,7 @@ Advance(int64 activity)
 	if (!CanAdvance() || !RpFetchActivity(activity, &act, true))
 		return;
 	values[0] = Int64GetDatum(activity);
-	if (RpExec(&advance_due, values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExecOn(&advance_due, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	if (!DatumGetBool(RpGetDatum(0, 2, &isnull)) || !LockFrontier(activity, &through))
 		return;
@@ -274,7 +274,7 @@ Advance(int64 activity)
 	/* How far no claim can still come: see (a), (b), (c) in the header. */
 	if (!act.closed && !(locked = RpTryLockAllStripes(&act, &busy)))
 	{
-		if (RpExec(&watermark, values, NULL, false, 1) != SPI_OK_SELECT)
+		if (RpExecOn(&watermark, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not read the reconciliation state of activity " INT64_FORMAT,
 				 activity);
 		values[2] = Int64GetDatum(SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0);
@@ -285,7 +285,7 @@ Advance(int64 activity)
 		elog(ERROR, "could not advance the settlement state of activity " INT64_FORMAT, activity);
 	if (locked)
 		UnlockStripes(&act);
-	if (RpExec(&delete_settled_gaps, values, NULL, false, 0) != SPI_OK_DELETE)
+	if (RpExecOn(&delete_settled_gaps, RpDistributed(), values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete settled gaps of activity " INT64_FORMAT, activity);
 }
 
@@ -295,7 +295,7 @@ Frontier(int64 activity)
 {
 	Datum		id = Int64GetDatum(activity);
 
-	if (RpExec(&frontier, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExecOn(&frontier, RpDistributed(), &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	return RpGetInt64(0, 1, 0);
 }
@@ -365,7 +365,7 @@ rp_pending_credits(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 	{
 		values[0] = PG_GETARG_DATUM(1);
-		if (RpExec(&pending_all, values, NULL, false, 0) != SPI_OK_SELECT)
+		if (RpExecOn(&pending_all, RpDistributed(), values, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not read the pending claims");
 	}
 	else

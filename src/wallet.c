@@ -128,7 +128,7 @@ RefuseNotCredited(int64 activity, Datum *values)
 	bool		known;
 	Datum		state;
 
-	if (RpExec(&first_not_credited, values, NULL, false, 1) != SPI_OK_SELECT)
+	if (RpExecOn(&first_not_credited, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the settlements of activity " INT64_FORMAT, activity);
 	if (SPI_processed == 0)
 		return;
@@ -180,7 +180,7 @@ rp_credited(PG_FUNCTION_ARGS)
 		values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 		nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 		RpSettlementBegun(activity);
-		if (RpExec(&insert_credits, values, nulls, false, 0) != SPI_OK_INSERT)
+		if (RpExecOn(&insert_credits, RpDistributed(), values, nulls, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not credit claims of activity " INT64_FORMAT, activity);
 		credited = (int64) SPI_processed;
 		if (credited < n)
