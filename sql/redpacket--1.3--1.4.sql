@@ -368,35 +368,11 @@ COMMENT ON FUNCTION redpacket.rp_activity_info(bigint, text) IS
     'Read-only view of one activity for applications: its state (scheduled, active, exhausted, ended, frozen), remaining amount and packets, start and end, funded total and packet cap today, and with a user_id whether that user is eligible (unrestricted, or on the list; NULL without a user). Granted by rp_grant_app.';
 REVOKE ALL ON FUNCTION redpacket.rp_activity_info(bigint, text) FROM PUBLIC;
 
--- The roles that could call the 1.3 functions can call the new ones.  (An
--- update script's GRANTs count as the extension's initial privileges, so
--- pg_dump leaves these out: README "Upgrading".)
-DO $$
-DECLARE
-    f record;
-    g record;
-BEGIN
-    FOR f IN SELECT * FROM (VALUES
-        ('redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer)',
-         'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
-        ('redpacket.rp_activity_info(bigint)', 'redpacket.rp_activity_info(bigint, text)')) v(old, new)
-    LOOP
-        FOR g IN SELECT a.grantee, a.is_grantable
-                   FROM pg_catalog.pg_proc p
-                  CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-                  WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
-                    AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-                    AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-        LOOP
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.new,
-                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                     ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
-                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END LOOP;
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', f.old);
-    END LOOP;
-END
-$$;
+-- The 1.3 functions go; the roles granted them get the new ones from
+-- rp_regrant() after the update (a grant made by an update script is an
+-- initial privilege of the extension, which pg_dump leaves out).
+DROP FUNCTION IF EXISTS redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer);
+DROP FUNCTION IF EXISTS redpacket.rp_activity_info(bigint);
 
 -- Eligibility lists in bulk: at most one lock per user bucket of the
 -- activity (64) whatever the size of the list.
@@ -658,18 +634,8 @@ COMMENT ON COLUMN redpacket.reconciler.passes IS
 -- The counters gain the 1.4 answers (not_eligible, busy), the folded row of
 -- the database (the activities whose counters left shared memory once
 -- settled, or to make room) and when each row started counting.  The OUT
--- columns of rp_activity_stats change, so it and its view are made again;
--- the grants on them are kept (rp_grant_operator gave them to operators).
-DO $$
-BEGIN
-    PERFORM pg_catalog.set_config('rp_recon.stats_acl', COALESCE(
-        (SELECT c.relacl::pg_catalog.text FROM pg_catalog.pg_class c
-          WHERE c.oid OPERATOR(pg_catalog.=) 'redpacket.activity_stats'::pg_catalog.regclass), '{}'), true);
-    PERFORM pg_catalog.set_config('rp_recon.stats_fn_acl', COALESCE(
-        (SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
-          WHERE p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_activity_stats()'::pg_catalog.regprocedure), '{}'), true);
-END
-$$;
+-- columns of rp_activity_stats change, so it and its view are made again
+-- (rp_regrant() gives them back to the operator roles after the update).
 DROP VIEW redpacket.activity_stats;
 DROP FUNCTION redpacket.rp_activity_stats();
 CREATE FUNCTION redpacket.rp_activity_stats(
@@ -716,28 +682,6 @@ COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited
 COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
 COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
 REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.stats_acl')::pg_catalog.aclitem[]) a
-               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) 'redpacket.activity_stats'::pg_catalog.regclass
-              WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner
-                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
-        EXECUTE pg_catalog.format('GRANT %s ON redpacket.activity_stats TO %s%s', g.privilege_type,
-                                  g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.stats_fn_acl')::pg_catalog.aclitem[]) a
-               JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_activity_stats()'::pg_catalog.regprocedure
-              WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
-                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
-        EXECUTE pg_catalog.format('GRANT %s ON FUNCTION redpacket.rp_activity_stats() TO %s%s', g.privilege_type,
-                                  g.grantee, CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$$;
 
 -- The reconciler's own record: counters that only grow (so alerts on them
 -- do not flap), what the last pass found, split into checked and wrong
@@ -961,16 +905,8 @@ REVOKE ALL ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint) FR
 -- now it waits for that pass (lock_wait at most, then SQLSTATE 55P03),
 -- checks everything pending, one transaction per lock budget, and fails
 -- with XX001 when a check found the books wrong, with 55000 when one could
--- not run.  It gains lock_wait: the procedure is made again, and the grants
--- on it are kept.
-DO $$
-BEGIN
-    PERFORM pg_catalog.set_config('rp_recon.strict_acl', COALESCE(
-        (SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
-          WHERE p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_reconcile_strict(boolean)'::pg_catalog.regprocedure),
-        '{}'), true);
-END
-$$;
+-- not run.  It gains lock_wait: the procedure is made again (rp_regrant()
+-- gives it back to the operator roles after the update).
 DROP PROCEDURE redpacket.rp_reconcile_strict(boolean);
 CREATE PROCEDURE redpacket.rp_reconcile_strict(full_check boolean DEFAULT false,
                                                lock_wait interval DEFAULT '1 min')
@@ -1020,25 +956,6 @@ $$;
 COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) IS
     'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong and 55000 when one could not run, so pg_cron records the run as failed.';
 REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) FROM PUBLIC;
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN SELECT a.privilege_type, a.grantee::pg_catalog.regrole AS grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(pg_catalog.current_setting('rp_recon.strict_acl')::pg_catalog.aclitem[]) a
-               JOIN pg_catalog.pg_proc p
-                 ON p.oid OPERATOR(pg_catalog.=) 'redpacket.rp_reconcile_strict(boolean, interval)'::pg_catalog.regprocedure
-              WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
-                AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid LOOP
-        EXECUTE pg_catalog.format('GRANT %s ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) TO %s%s',
-                                  g.privilege_type, g.grantee,
-                                  CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        -- the procedure (SECURITY INVOKER) runs its steps with the caller's rights
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION redpacket.rp_reconcile_step(boolean, interval, bigint) TO %s',
-                                  g.grantee);
-    END LOOP;
-END
-$$;
 DELETE FROM redpacket.role_grant
  WHERE privilege OPERATOR(pg_catalog.=) 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)';
 
@@ -1271,7 +1188,8 @@ BEGIN
     -- order).  The workers' passes: see the end.
     LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
                redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
-               redpacket.eligible, redpacket.reconcile_problem
+               redpacket.eligible, redpacket.reconcile_problem, redpacket.claim_settlement,
+               redpacket.settlement_state, redpacket.settlement_gap
           IN ACCESS EXCLUSIVE MODE;
 
     PERFORM pg_catalog.set_config('citus.shard_replication_factor', '1', true);
@@ -1292,7 +1210,10 @@ BEGIN
                                    (6, 'redpacket.reconciliation', 'activity_id'),
                                    (7, 'redpacket.activity_change', 'activity_id'),
                                    (8, 'redpacket.eligible', 'activity_id'),
-                                   (9, 'redpacket.reconcile_problem', 'activity_id')) v(n, rel, col)
+                                   (9, 'redpacket.reconcile_problem', 'activity_id'),
+                                   (10, 'redpacket.claim_settlement', 'activity_id'),
+                                   (11, 'redpacket.settlement_state', 'activity_id'),
+                                   (12, 'redpacket.settlement_gap', 'activity_id')) v(n, rel, col)
              ORDER BY n LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
                                WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
@@ -1311,7 +1232,15 @@ BEGIN
                              'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])',
                              'redpacket.rp_close_activity(bigint)',
                              'redpacket.rp_freeze(bigint, text)',
-                             'redpacket.rp_unfreeze(bigint)'] LOOP
+                             'redpacket.rp_unfreeze(bigint)',
+                             'redpacket.rp_repair_stripes(bigint, text)',
+                             'redpacket.rp_reverse(bigint, bigint, text)',
+                             'redpacket.rp_credited(bigint, bigint[], text)',
+                             'redpacket.rp_allow(bigint, text[])',
+                             'redpacket.rp_disallow(bigint, text[])',
+                             'redpacket.rp_top_up(bigint, numeric, integer, text)',
+                             'redpacket.rp_withdraw(bigint, numeric, text)',
+                             'redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)'] LOOP
         PERFORM pg_catalog.create_distributed_function(f::pg_catalog.regprocedure, distribution_arg_name => 'activity',
             colocate_with => 'redpacket.activity', force_delegation => true);
     END LOOP;
@@ -1340,7 +1269,8 @@ BEGIN
     -- transaction: their passes wait until the commit, or it waits for them.
     LOCK TABLE redpacket.activity, redpacket.stripe, redpacket.claim, redpacket.ledger,
                redpacket.reconcile_state, redpacket.reconciliation, redpacket.activity_change,
-               redpacket.eligible, redpacket.reconcile_problem
+               redpacket.eligible, redpacket.reconcile_problem, redpacket.claim_settlement,
+               redpacket.settlement_state, redpacket.settlement_gap
           IN ACCESS EXCLUSIVE MODE;
 END;
 $$;

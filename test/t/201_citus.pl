@@ -121,8 +121,9 @@ is( q_coord(
 		  . " FROM pg_dist_object o JOIN pg_proc p ON p.oid = o.objid"
 		  . " WHERE o.classid = 'pg_proc'::regclass AND o.distribution_argument_index = 0"
 		  . "   AND p.pronamespace = 'redpacket'::regnamespace"),
-	'rp_claim:true,rp_claim_batch:true,rp_close_activity:true,rp_freeze:true,'
-	  . 'rp_reconcile:false,rp_unfreeze:true',
+	'rp_allow:true,rp_claim:true,rp_claim_batch:true,rp_close_activity:true,rp_credited:true,'
+	  . 'rp_disallow:true,rp_freeze:true,rp_reconcile:false,rp_repair_stripes:true,'
+	  . 'rp_reverse:true,rp_set_window:true,rp_top_up:true,rp_unfreeze:true,rp_withdraw:true',
 	'lock-taking functions delegated by activity (rp_reconcile without force)');
 is( q_coord(
 		"SELECT count(*) FROM redpacket.claim WHERE activity_id = $pre")
@@ -326,6 +327,35 @@ is($held, 't', 'rp_reconcile on the worker that holds the activity works in a tr
 	is($err, '', 'rp_close_activity through the coordinator');
 	is( q_coord("SELECT status FROM redpacket.rp_claim($ops[1], 'c1', 1)"),
 		'ended', 'a closed activity answers ended');
+}
+
+# --- Campaign changes and the wallet's settlement ---------------------------
+# Each is delegated to the node holding the activity and changes its rows
+# there; the books of the activity balance afterwards.
+{
+	my $c = q_coord("SELECT redpacket.rp_create_activity(10.00, stripes => 4, restricted => true)");
+	is(q_coord("SELECT redpacket.rp_allow($c, ARRAY['w1', 'w2', 'w3'])"), '3',
+		'rp_allow through the coordinator');
+	is(q_coord("SELECT redpacket.rp_disallow($c, ARRAY['w3'])"), '1',
+		'rp_disallow through the coordinator');
+	is( join(',', map { q_coord("SELECT status FROM redpacket.rp_claim($c, '$_', 1.00)") } qw(w1 w2 w3)),
+		'claimed,claimed,not_eligible', 'claims follow the list');
+	is(q_coord("SELECT redpacket.rp_top_up($c, 2.00)"), '12.00', 'rp_top_up through the coordinator');
+	is(q_coord("SELECT redpacket.rp_withdraw($c, 1.00)"), '9.00', 'rp_withdraw through the coordinator');
+	($rc, $out, $err) = try_psql($coord,
+		"SELECT redpacket.rp_set_window($c, now() - interval '1 hour', NULL, 'moved')");
+	is($err, '', 'rp_set_window through the coordinator');
+	my ($k1, $k2) = split /\n/,
+	  q_coord("SELECT claim_id FROM redpacket.claim WHERE activity_id = $c ORDER BY claim_id");
+	is(q_coord("SELECT redpacket.rp_credited($c, ARRAY[$k1]::bigint[], 'paid')"), '1',
+		'rp_credited through the coordinator');
+	is(q_coord("SELECT redpacket.rp_reverse($c, $k2, 'fraud')"), '1.00',
+		'rp_reverse through the coordinator');
+	is( q_coord("SELECT string_agg(kind, ',' ORDER BY change_id) FROM redpacket.activity_change"
+			  . " WHERE activity_id = $c"),
+		'allow,disallow,top_up,withdraw,set_window,reverse', 'each change recorded on its node');
+	is(q_coord("SELECT ok FROM redpacket.rp_reconcile($c, true)"), 't',
+		'a full check of the changed activity passes');
 }
 
 # --- Expiry settlement by the worker ---------------------------------------
