@@ -309,41 +309,41 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 	update_inside_claims($from);
 }
 
-# --- 1.3 -> 1.4 with roles: the replaced functions keep their grants ----------
+# --- 1.3 -> 1.4 with roles: rp_regrant gives the replaced functions back ---
 # rp_create_activity and rp_activity_info gained an argument in 1.4, so the
-# update replaces them; the roles that could call the 1.3 ones can call the
-# new ones, an operator gets the new functions from rp_grant_operator, and an
+# update replaces them, without grants (an update script's grant would be an
+# initial privilege, which pg_dump leaves out); rp_regrant() gives the roles
+# that could call the 1.3 ones the new ones and what 1.4 adds, and an
 # activity of 1.3 takes the 1.4 changes (its funding entry has no packets).
 {
 	local $db = 'up13roles';
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	sql("CREATE EXTENSION redpacket VERSION '1.3'");
-	sql('CREATE ROLE up_app; CREATE ROLE up_op');
-	sql("SELECT redpacket.rp_grant_app('up_app'), redpacket.rp_grant_operator('up_op')");
+	sql('CREATE ROLE up13_app; CREATE ROLE up13_op');
+	sql("SELECT redpacket.rp_grant_app('up13_app'), redpacket.rp_grant_operator('up13_op')");
 	my $old = sql("SELECT redpacket.rp_create_activity(10.00, 5, stripes => 2, name => 'old')");
 	sql("SELECT redpacket.rp_claim($old, 'before', 1.00)");
 	sql('ALTER EXTENSION redpacket UPDATE');
-
-	is( sql(q{
+	my $replaced_q = q{
 SELECT string_agg(has_function_privilege(r, f, 'EXECUTE')::text, ',' ORDER BY r, f)
-  FROM (VALUES ('up_app', 'redpacket.rp_activity_info(bigint, text)'),
-               ('up_op', 'redpacket.rp_activity_info(bigint, text)'),
-               ('up_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
-               ('up_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
-               ('public', 'redpacket.rp_activity_info(bigint, text)')) v(r, f)}),
-		'false,true,false,true,true',
-		'the replaced functions keep their grants, and PUBLIC has none');
+  FROM (VALUES ('up13_app', 'redpacket.rp_activity_info(bigint, text)'),
+               ('up13_op', 'redpacket.rp_activity_info(bigint, text)'),
+               ('up13_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+               ('up13_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+               ('public', 'redpacket.rp_activity_info(bigint, text)')) v(r, f)};
+	is(sql($replaced_q), 'false,false,false,false,false', 'the replaced functions come without grants');
+	is(sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}),
+		'up13_app:app,up13_op:operator', 'rp_regrant finds the roles granted under 1.3');
+	is(sql($replaced_q), 'false,true,false,true,true',
+		'rp_regrant gives them the replaced functions, and PUBLIC none');
 	is(sql("SELECT count(*) FROM pg_proc WHERE proname IN ('rp_create_activity', 'rp_activity_info')"),
 		'2', 'the 1.3 signatures are gone');
-	is(sql("SELECT has_function_privilege('up_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
-		'f', 'the new functions come with rp_grant_operator');
-	sql("SELECT redpacket.rp_grant_operator('up_op')");
-	is(sql("SELECT has_function_privilege('up_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
-		't', 'rp_grant_operator grants them');
+	is(sql("SELECT has_function_privilege('up13_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
+		't', 'and the new functions of its kind');
 
-	is( sql("SET ROLE up_app; SELECT state || ',' || total || ',' || packets || ',' || eligible FROM redpacket.rp_activity_info($old, 'after')"),
+	is( sql("SET ROLE up13_app; SELECT state || ',' || total || ',' || packets || ',' || eligible FROM redpacket.rp_activity_info($old, 'after')"),
 		'active,10.00,5,true', "an application reads a 1.3 activity through the new rp_activity_info");
-	is( sql(qq{SET ROLE up_op;
+	is( sql(qq{SET ROLE up13_op;
 SELECT redpacket.rp_top_up($old, 2.00, 2) || ',' || redpacket.rp_withdraw($old, 0.50)
        || ',' || redpacket.rp_set_window($old, '2020-01-01', NULL)::text}),
 		'12.00,10.50,', 'an operator tops up, withdraws from and moves a 1.3 activity');
@@ -355,9 +355,9 @@ SELECT redpacket.rp_top_up($old, 2.00, 2) || ',' || redpacket.rp_withdraw($old, 
 	is( $node->safe_psql($db,
 			RedpacketTest::books_view() . "SELECT balanced FROM rp_books WHERE id = $old"),
 		't', 'its books balance');
-	my $vip = sql(qq{SET ROLE up_op;
+	my $vip = sql(qq{SET ROLE up13_op;
 SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')});
-	is( sql(qq{SET ROLE up_op; SELECT redpacket.rp_allow($vip, ARRAY['a', 'b'])}),
+	is( sql(qq{SET ROLE up13_op; SELECT redpacket.rp_allow($vip, ARRAY['a', 'b'])}),
 		'2', 'an operator creates a restricted activity and lists its users');
 }
 

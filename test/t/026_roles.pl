@@ -67,7 +67,7 @@ SELECT coalesce(string_agg(x, ', ' ORDER BY x), '')
          EXCEPT SELECT 'extra ' || rolname || ' ' || priv || ' ' || obj FROM want)) d(x)};
 is(sql($diff_q), '', 'rp_grant_app and rp_grant_operator grant exactly what role_grant lists');
 is( sql(q{SELECT count(*) FROM redpacket.role_grant WHERE role_kind = 'operator'
-            AND privilege = 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)'}),
+            AND privilege = 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval)'}),
 	'1', 'the operator gets rp_reconcile_strict, the scheduler\'s form');
 
 $node->stop;
