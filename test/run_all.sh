@@ -38,6 +38,7 @@ failed=0
 failed_names=()
 WORK=
 WORK18=
+LOGS=           # each suite's output (set once the copy is made)
 TREE=           # the copy the current suites run in ($WORK, then $WORK18)
 SUITE_PG_CONFIG=$PG_CONFIG
 
@@ -46,15 +47,26 @@ pg_major() { "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'; }
 MAJOR=$(pg_major "$PG_CONFIG" 2>/dev/null || echo 15)
 
 summary() {
+    local name
     echo
     echo "== summary"
     if [ "$failed" -gt 0 ]; then
+        # What each failed suite reported, again, where the end of a long
+        # log shows it: its failing tests and the lines that say why.
+        for name in "${failed_names[@]}"; do
+            [ -n "$LOGS" ] && [ -s "$LOGS/$name.out" ] || continue
+            echo "---- $name: what failed (all of it: $LOGS/$name.out) ----"
+            grep -E '^not ok|^# +Failed test|^# +(got|expected):|Dubious|Parse errors|FAILED|^test/t/.*\.\. *$|^t/.*\.\. *$|Non-zero exit|Failed [0-9]+/|No plan found|timed out' \
+                "$LOGS/$name.out" | head -n 60
+        done
         echo "failed: ${failed_names[*]}"
         [ -z "$WORK" ] || echo "the test tree with all logs is kept in $WORK"
+        [ -z "$LOGS" ] || echo "each suite's output (and a failed TAP suite's logs) is kept in $LOGS"
         [ -z "$WORK18" ] || echo "the PostgreSQL 18 test tree is kept in $WORK18"
     elif [ "${REDPACKET_KEEP_WORK:-0}" != 1 ]; then
         [ -z "$WORK" ] || rm -rf "$WORK"
         [ -z "$WORK18" ] || rm -rf "$WORK18"
+        [ -z "$LOGS" ] || rm -rf "$LOGS"
     fi
     echo "$passed passed, $failed failed"
 }
@@ -116,6 +128,9 @@ copy_tree() {
 }
 WORK=$(copy_tree "")
 TREE=$WORK
+# Each suite's whole output, kept for the summary (outside the copies, which
+# a later suite's `make installcheck` may clean).
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/redpacket-logs.XXXXXX")
 echo "== testing a copy in $WORK as $OWNER"
 
 # Run a command in the current copy as the test user, under a time limit.
@@ -134,8 +149,8 @@ suite() {
     echo
     echo "== $name"
     start=$(date +%s)
-    in_work "$limit" "$@"
-    rc=$?
+    in_work "$limit" "$@" 2>&1 | tee "$LOGS/$name.out"
+    rc=${PIPESTATUS[0]}
     if [ "$rc" -eq 0 ]; then
         passed=$((passed + 1))
         echo "== $name: PASS ($(( $(date +%s) - start )) s)"
@@ -162,6 +177,8 @@ diag_tap() {
     for f in "$TREE"/tmp_check/log/*; do
         [ -f "$f" ] && show "$f" 300
     done
+    # the next TAP suite starts with a fresh tmp_check: keep these logs
+    [ ! -d "$TREE/tmp_check/log" ] || cp -a "$TREE/tmp_check/log" "$LOGS/$name.tap-logs"
 }
 diag_none() { :; }
 
