@@ -56,9 +56,10 @@
  *		   reconciliation and a gathering batch), when the transaction holds
  *		   nothing of any activity from earlier calls, are restartable: they
  *		   run in a subtransaction and look for a cycle first (after
- *		   deadlock_timeout, where a wait of 4 looks after three times that);
- *		   in a cycle the subtransaction is rolled back, which gives back all
- *		   the call took, and the call starts over.
+ *		   deadlock_timeout, where a wait of 4 looks after three times that),
+ *		   and end after twice deadlock_timeout in any case; then the
+ *		   subtransaction is rolled back, which gives back all the call
+ *		   took, and the call starts over.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
@@ -234,17 +235,20 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 /*
  * Restartable acquisition (rule 5).  A call that holds nothing of any
  * activity from earlier in its transaction takes what it needs in the
- * protocol's order inside a subtransaction, waiting with deadlock_timeout
- * itself, so that of a cycle of waits it is the first to look for it.  If
- * PostgreSQL finds one (40P01), the subtransaction is rolled back, which
- * gives back everything the call took, and the call starts over: the other
- * transactions of the cycle, which hold locks of claims they already made,
- * go on.  A cycle through such a call is of locks outside redpacket (the
- * caller's own rows) after RP_MAX_RESTARTS starts: the last one waits
- * patiently, without a subtransaction, and PostgreSQL fails whichever
- * transaction finds the cycle.
+ * protocol's order inside a subtransaction.  Its waits look for a cycle
+ * after deadlock_timeout (d), before any wait of rule 4 does (3d); and
+ * since PostgreSQL looks only once a wait, for a cycle closed later each
+ * wait also ends after 2d (lock_timeout, unless the caller's is shorter:
+ * the reconciler's 5 s applies to the last start only).  Either
+ * way the subtransaction is rolled back, which gives back everything the
+ * call took, and the call starts over: the other transactions of a cycle,
+ * which hold locks of claims they already made, go on.  After
+ * RP_MAX_RESTARTS starts (a cycle through locks outside redpacket, the
+ * caller's own rows, which starting over cannot break; or stripes held that
+ * long) the last start waits without a subtransaction, patiently, and
+ * PostgreSQL fails whichever transaction finds the cycle.
  */
-#define RP_MAX_RESTARTS 5
+#define RP_MAX_RESTARTS 10
 
 typedef bool (*RpLockStep) (const RpActivity *act, uint32 arg);
 
@@ -262,15 +266,26 @@ StepInSubTransaction(RpLockStep step, const RpActivity *act, uint32 arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
+	int			give_way = Min(DeadlockTimeout, PG_INT32_MAX / 2) * 2;
+	bool		timed = LockTimeout == 0 || LockTimeout > give_way;
+	volatile int level = 0;
 	volatile RpStepResult result = RP_STEP_BUSY;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
+	if (timed)
+	{
+		level = NewGUCNestLevel();
+		(void) set_config_option("lock_timeout", psprintf("%d", give_way),
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
 	restartable++;
 	PG_TRY();
 	{
 		result = step(act, arg) ? RP_STEP_TOOK : RP_STEP_BUSY;
 		restartable--;
+		if (timed)
+			AtEOXact_GUC(true, level);
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
@@ -284,7 +299,8 @@ StepInSubTransaction(RpLockStep step, const RpActivity *act, uint32 arg)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
+		if (edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
+			!(timed && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE))
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		result = RP_STEP_RESTART;
@@ -307,7 +323,7 @@ Restartable(RpLockStep step, const RpActivity *act, uint32 arg)
 		if (r != RP_STEP_RESTART)
 			return r == RP_STEP_TOOK;
 		ereport(DEBUG1,
-				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " was part of a deadlock; gave everything back and starts over",
+				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " was part of a deadlock or lasted too long; gave everything back and starts over",
 								 act->id)));
 	}
 	return step(act, arg);
