@@ -8,21 +8,17 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('roles');
-$node->init;
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
+my $node = RedpacketTest::node('roles');
 
 sql('CREATE EXTENSION redpacket');
 sql("CREATE ROLE app; CREATE ROLE ops;
      SELECT redpacket.rp_grant_app('app'), redpacket.rp_grant_operator('ops')");
 
 # The README's list: the sql block of Security that grants USAGE to app.
-my $root = $ENV{TESTDIR} || '.';
-my ($block) = slurp_file("$root/README.md")
+my ($block) = RedpacketTest::repo_file('README.md')
   =~ /```sql\n((?:(?!```).)*GRANT USAGE ON SCHEMA redpacket TO app;(?:(?!```).)*)```/s;
 ok($block, 'the README lists what the grant helpers grant');
 my %kind = (app => 'app', ops => 'operator');
