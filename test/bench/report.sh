@@ -163,7 +163,7 @@ ratios() {
         }' "$CSV"
 }
 
-# The performance targets (README "Performance"), each from this one run, as
+# The performance targets (the bounds below), each from this one run, as
 # "target|value|bound|met or not met|from" lines (value n/a, verdict "not
 # run", when the run lacks the workloads).
 targets() {
