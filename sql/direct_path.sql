@@ -66,8 +66,8 @@ SET redpacket.direct_claims = on;
 ALTER TABLE redpacket.claim DROP CONSTRAINT claim_small;
 SELECT * FROM pg_temp.books(:a);
 
--- A user trigger on INSERT into claim (the README's same-transaction wallet
--- credit): the direct path steps aside, the SQL INSERT fires the trigger,
+-- A user trigger on INSERT into claim (the same-transaction wallet credit of
+-- doc/wallet.md): the direct path steps aside, the SQL INSERT fires the trigger,
 -- and once the trigger is dropped the direct path is taken again.
 CREATE TABLE public.wallet (user_id text PRIMARY KEY, balance numeric NOT NULL);
 CREATE FUNCTION public.credit_wallet() RETURNS trigger LANGUAGE plpgsql AS $$

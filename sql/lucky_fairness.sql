@@ -199,7 +199,8 @@ END $$;
 SELECT status, sum(n) AS count FROM fair_status GROUP BY status ORDER BY status;
 
 -- Replay: position pos (1..10) in claim id order, R units and P packets
--- remaining before the draw, m the largest draw the SPEC allows.
+-- remaining before the draw, m the largest draw allowed: at most twice the
+-- mean remaining per packet, never leaving a later packet less than one unit.
 CREATE TEMP TABLE fair_draw AS
 SELECT d.*, greatest(1, least(2 * d.r / d.p, d.r - (d.p - 1))) AS m
 FROM (SELECT c.activity_id, c.stripe,

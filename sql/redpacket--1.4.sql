@@ -670,7 +670,7 @@ COMMENT ON EVENT TRIGGER redpacket_drop_guard IS
 
 -- [life] Publication for wallets and CDC ------------------------------------------
 -- Claims and ledger entries as a logical-replication stream for a wallet
--- service or a Debezium-style consumer (README "Crediting wallets").  Made
+-- service or a Debezium-style consumer (doc/wallet.md).  Made
 -- here, or completed when it survived a DROP EXTENSION.  PostgreSQL 15 cannot
 -- make a publication an extension member, so the publication keeper (event
 -- triggers below, src/guard.c) puts claim and ledger back into it when a

@@ -198,7 +198,7 @@ MAKE_ARGS=(PG_CONFIG="$PG_CONFIG")
 # 3. The suites -----------------------------------------------------------------
 # `make installcheck` runs pg_regress, isolation and TAP in one go and stops at
 # the first that fails; one suite per call runs (and counts) each of them.
-# Released install and upgrade scripts never change (README "Upgrading").
+# Released install and upgrade scripts never change (README "Upgrading and dropping").
 suite released-scripts 1m diag_none sha256sum --check --strict test/released.sha256
 suite allocator 5m diag_none make alloc-test "${MAKE_ARGS[@]}"
 if compgen -G "$WORK/sql/*.sql" | grep -qv '/redpacket--'; then

@@ -13,7 +13,7 @@
 # that claims keep working on the activity meanwhile (a listed user claims,
 # an unlisted one does not).
 #
-# Target (SPEC): the whole list well under a minute on the CI machine; here
+# Target: the whole list well under a minute on the CI machine; here
 # it fails when loading takes longer than ELIGIBLE_TARGET_S (30) seconds, or
 # a call holds more than 64 of redpacket's locks.
 #

@@ -15,7 +15,7 @@
 # unit, last packets not taking the exact remainder, activities not summing to
 # their total (all must be 0), the spread of the position means, and a z score
 # of "every non-last draw is uniform on 1..m" (|z| of a few is normal).
-# Exits non-zero when a hard bound of the SPEC is violated.
+# Exits non-zero when a hard bound of the double-mean draw is violated.
 #
 # Writes test/bench/results/lucky_hist.png (histogram of drawn amounts, with
 # last packets apart, and the mean per position) and
@@ -374,7 +374,7 @@ fi
     echo "dynamic programming over the remaining balance of the double-mean draw (uniform on"
     echo "1..min(floor(2R/P), R-(P-1)) minor units, the last packet takes the remainder), one"
     echo "stripe only. *above 2x mean*: draws above twice the mean remaining per packet of the"
-    echo "stripe before the draw; the SPEC allows none."
+    echo "stripe before the draw; the draw allows none."
     echo
     psql_ -At -F '|' -c "$FIG_SQL" | awk -F'|' '
         BEGIN { print "| position | n | mean | theory mean | std | theory std | min | max | above 2x mean | share above 2x mean |"
@@ -399,7 +399,7 @@ say "wrote $SHOWN/lucky_fairness.md"
 
 if [ "$above" != 0 ] || [ "$starves" != 0 ] || [ "$notrest" != 0 ] || [ "$notsum" != 0 ] ||
         [ "$below" != 0 ]; then
-    say "FAIL: SPEC bound violated (above 2x mean $above, starving $starves, last not remainder $notrest, sums off $notsum, below one unit $below)"
+    say "FAIL: a bound of the draw violated (above 2x mean $above, starving $starves, last not remainder $notrest, sums off $notsum, below one unit $below)"
     exit 1
 fi
-say "PASS: $draws draws within the SPEC's bounds"
+say "PASS: $draws draws within the draw's bounds"

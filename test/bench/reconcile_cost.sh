@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cost of one incremental reconciliation pass against the size of the claim
-# history: it must not grow with it (SPEC: "Its cost must not grow with the
-# claim history").
+# history: it must not grow with it (the requirement: a pass's cost must not
+# grow with the claim history).
 #
 # On a throwaway cluster (the benchmark's settings, worker paused): one
 # activity, 16 stripes; claim history bulk-loaded as superuser straight into

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Renders the benchmark record from the CSV files of the last run:
-#   results.md      tables, the ratios the issues target, CPU/memory, the
+#   results.md      tables, the performance targets' ratios, CPU/memory, the
 #                   pg_stat_statements breakdown and the reconciliation cost
 #   throughput.png  claims/s against clients, one line per workload (log-log)
 # and prints the throughput table and the ratios.  Called by run.sh and
@@ -112,7 +112,7 @@ throughput_text() {    # the same, for the terminal
         }' "$CSV"
 }
 
-# The ratios the issues ask for, as "name|value|detail" lines.
+# The ratios the targets are stated in, and others for comparison, as "name|value|detail" lines.
 ratios() {
     awk -F, -v ref="$ref" -v maxc="$maxc" '
         NR == 1 { next }
@@ -163,7 +163,7 @@ ratios() {
         }' "$CSV"
 }
 
-# Issue 14's targets, each from this one run, as
+# The performance targets (the bounds below), each from this one run, as
 # "target|value|bound|met or not met|from" lines (value n/a, verdict "not
 # run", when the run lacks the workloads).
 targets() {
@@ -336,7 +336,7 @@ plot() {
         echo
     fi
     if [ "$HAVE_BENCH" = 1 ]; then
-        echo "## Targets (issue 14), from this run"
+        echo "## Targets, from this run"
         echo
         echo "\"default settings\" = an activity created without a stripes argument (the"
         echo "redpacket.stripes default$( [ -n "$(meta default_stripes)" ] && echo ", $(meta default_stripes) on this run")); the ceiling is one claim-shaped"
@@ -452,7 +452,7 @@ if [ "$HAVE_BENCH" = 1 ]; then
     plot
     throughput_text
     echo
-    echo "targets (issue 14):"
+    echo "targets:"
     targets | awk -F'|' '{ printf "  %-9s %-84s %7s  (%s %s; %s)\n", $4, $1, $2, "bound", $3, $5 }'
     echo
     echo "ratios:"

@@ -32,8 +32,8 @@
 # makes BENCH_CPU_CLAIMS claims in a row and, at the same time and pace,
 # another as many ceiling inserts (synchronous_commit off), the claims on an
 # activity at the default settings: CPU and wall time per operation, memory
-# at the start, middle and end, and a pg_stat_statements breakdown.  report.sh states every target of
-# issue 14 as a ratio from this one run, met or not met.  Last, unless
+# at the start, middle and end, and a pg_stat_statements breakdown.  report.sh states every performance
+# target as a ratio from this one run, met or not met.  Last, unless
 # BENCH_RECONCILE=0, test/bench/reconcile_cost.sh, and unless BENCH_GROUP=0,
 # test/bench/group.sh (group red packets; alone: make bench-group).
 #

@@ -16,7 +16,7 @@
 # answers that started in the measured window (pgbench --log, as in
 # run.sh): answers/s, p50 and p99 latency of every answer (busy included),
 # and claims/s (claims recorded in the window: busy answers write nothing).
-# Targets (SPEC "Shedding load"): the p99 of shed within 2x the p99 of few,
+# Targets (doc/campaigns.md, shedding load): the p99 of shed within 2x the p99 of few,
 # and the claims/s of shed at least 0.9x those of many.  Reports both, met or
 # not met, with the books of every run (claims + remaining = funded, one
 # claim per user).  A server whose library has no redpacket.max_waiting

@@ -1,6 +1,22 @@
 # Helpers shared by redpacket's TAP tests (test/t/*.pl).  The Makefile puts
 # test/perl on prove's include path.
 #
+# A node and its queries:
+#   RedpacketTest::node($name[, $conf])
+#                                 a new PostgreSQL::Test::Cluster, initialised,
+#                                 with the lines $conf (if given) appended to
+#                                 its postgresql.conf, and started; sql()
+#                                 queries it from then on
+#   RedpacketTest::use_node($node)
+#                                 make sql() query $node (one set up by hand)
+#   sql($query[, $db])            $node->safe_psql($db, $query) on that node,
+#                                 database postgres by default; imported with
+#                                 use RedpacketTest qw(sql);
+#   RedpacketTest::repo_file($path)
+#                                 the text of a file of this repository, $path
+#                                 relative to its root (e.g. README.md)
+#
+# The books and the publication:
 #   RedpacketTest::books_view()   the SQL of test/sql/books.sql: prefix a
 #                                 query with it to use the view rp_books
 #   RedpacketTest::unbalanced($node[, $db])
@@ -31,12 +47,49 @@ package RedpacketTest;
 use strict;
 use warnings;
 
+use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
 use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $books_file = File::Spec->catfile(dirname(__FILE__), '..', 'sql', 'books.sql');
+our @EXPORT_OK = qw(sql);
+
+my $root = File::Spec->rel2abs(File::Spec->catdir(dirname(__FILE__), '..', '..'));
+my $books_file = File::Spec->catfile($root, 'test', 'sql', 'books.sql');
+
+my $default_node;
+
+sub node
+{
+	my ($name, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', $conf) if defined $conf;
+	$node->start;
+	return use_node($node);
+}
+
+sub use_node
+{
+	($default_node) = @_;
+	return $default_node;
+}
+
+sub sql
+{
+	my ($query, $db) = @_;
+	die 'RedpacketTest::sql: no node (RedpacketTest::node or use_node first)'
+	  unless $default_node;
+	return $default_node->safe_psql($db // 'postgres', $query);
+}
+
+sub repo_file
+{
+	my ($path) = @_;
+	return slurp_file(File::Spec->catfile($root, $path));
+}
 
 sub books_view
 {

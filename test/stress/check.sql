@@ -203,7 +203,7 @@ CROSS JOIN LATERAL (
 WHERE a.kind = 'fixed'
 ORDER BY a.ord;
 
--- No false exhaustion, the spec's own example: 100.00 at 0.07 a time is
+-- No false exhaustion (the README's example): 100.00 at 0.07 a time is
 -- exactly 1428 claims, leaving 0.04.
 INSERT INTO chk (inv, label, ok, detail)
 SELECT '100.00 at 0.07 a time: exactly 1428 claims, 0.04 left', label,

@@ -19,22 +19,17 @@ use warnings;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedpacketTest;
+use RedpacketTest qw(sql);
 use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $interval = 1;
-my $node = PostgreSQL::Test::Cluster->new('tamper');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
+my $node = RedpacketTest::node(
+	'tamper', qq{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = $interval
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # New activity of 100.00 in 20 packets on 4 stripes, with $n claims of 1.00.
 sub activity

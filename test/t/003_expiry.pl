@@ -10,20 +10,16 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 use Time::HiRes qw(time);
 
-my $node = PostgreSQL::Test::Cluster->new('expiry');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'expiry', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # Money of one activity: "returns|returned|stripe balance|closed".
 sub money

@@ -12,6 +12,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -31,7 +32,7 @@ redpacket.reconcile_interval = 0
 });
 $node->start;
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
+RedpacketTest::use_node($node);
 
 sql('CREATE EXTENSION redpacket');
 my $aid = sql("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'cron')");
@@ -83,8 +84,7 @@ sql("SELECT redpacket.rp_claim($aid, 'before-cron', 1.00)");
 
 # The README's pg_cron statements, as written, for a database other than
 # cron's (cron.database_name is postgres here): its jobs must run there.
-my $root = $ENV{TESTDIR} || '.';
-my ($readme_sql) = slurp_file("$root/README.md") =~ /```sql\n((?:(?!```).)*cron\.schedule_in_database(?:(?!```).)*)```/s;
+my ($readme_sql) = RedpacketTest::repo_file('README.md') =~ /```sql\n((?:(?!```).)*cron\.schedule_in_database(?:(?!```).)*)```/s;
 ok($readme_sql, 'the README schedules the pass with cron.schedule_in_database');
 my @readme_jobs = grep { /\S/ } map { s/^\s*--.*$//mgr } split /;\s*\n/, $readme_sql // '';
 is(scalar(@readme_jobs), 2, 'two statements: the pass and the nightly full check');

@@ -21,21 +21,17 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('lock_bound');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'lock_bound', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 max_connections = 100
 max_locks_per_transaction = 64
 });
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sql('CREATE EXTENSION redpacket');
 is(sql('SHOW max_locks_per_transaction') . '|' . sql('SHOW max_connections'),

@@ -10,19 +10,15 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('full_check');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'full_check', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 redpacket.full_check_interval = 0
 });
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sql('CREATE EXTENSION redpacket');
 my @ids = map {

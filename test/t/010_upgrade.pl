@@ -18,7 +18,7 @@
 # and claims again, are served as the new catalog (a lucky draw pays an amount
 # an earlier draw dealt, which only the new catalog does).  Last, a 1.3
 # database with application and operator roles: the functions 1.4 replaces
-# (new arguments) keep their grants, a 1.3 activity takes top-ups,
+# (new arguments) come back with rp_regrant, a 1.3 activity takes top-ups,
 # withdrawals and a new window and its books balance, and role_grant is the
 # same after every update as in a fresh install.
 use strict;

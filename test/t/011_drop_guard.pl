@@ -12,13 +12,10 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('drop_guard');
-$node->init;
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
+my $node = RedpacketTest::node('drop_guard');
 
 # Run one statement in a fresh session; returns its stderr.
 sub refused

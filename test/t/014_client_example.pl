@@ -12,6 +12,7 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 use JSON::PP;
 use File::Basename qw(dirname);
@@ -19,16 +20,13 @@ use Cwd qw(abs_path);
 
 my $example = abs_path(dirname(__FILE__) . '/../../examples/app/claim_client.py');
 
-my $node = PostgreSQL::Test::Cluster->new('client');
-$node->init;
-$node->start;
+my $node = RedpacketTest::node('client');
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION redpacket;
 CREATE ROLE app LOGIN;
 SELECT redpacket.rp_grant_app('app');
 });
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 my $dsn = $node->connstr . ' dbname=postgres user=app';
 
 # Run the example; returns its JSON summary.

@@ -13,20 +13,16 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('stats');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'stats', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 0
 redpacket.stats_max_activities = 100
 max_locks_per_transaction = 256
 });
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 my $cols = 'claimed, duplicate, exhausted, frozen, ended, not_started, user_limit';
 sub stats

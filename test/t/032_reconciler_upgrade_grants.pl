@@ -9,17 +9,14 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('upgrade_grants');
-$node->init;
-$node->append_conf('postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'upgrade_grants', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 0
 });
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sql(q{
 CREATE EXTENSION redpacket VERSION '1.3';

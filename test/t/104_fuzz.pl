@@ -8,9 +8,9 @@
 #      multibyte strings, control characters, unknown ids, and random
 #      orders of create, claim, batch, close, freeze, unfreeze and reconcile.
 # Pass: the server never crashes or restarts, every error raised by our code
-# carries one of the SPEC's SQLSTATEs (22004, 22023, 22003, P0002, and 42501
-# for privileges; 2202E for a malformed rp_claim_batch array, a shape error
-# the SPEC leaves open), and at the end every activity's books balance, no
+# carries one of the SQLSTATEs the README documents for bad calls (22004,
+# 22023, 22003, P0002; 42501 for privileges; 2202E for a malformed
+# rp_claim_batch array), and at the end every activity's books balance, no
 # user holds more than per_user_limit claims, and a full reconciliation pass
 # is ok.
 use strict;
@@ -156,7 +156,7 @@ SKIP:
 	note("sqlsmith: claims in the database now: $claims");
 	# A statement_timeout can cancel a claim inside our SPI statements (57014).
 	my @bad = grep { !$allowed{ $_->{state} } && $_->{state} ne '57014' } @ours;
-	is(scalar(@bad), 0, 'every error sqlsmith got from redpacket has a SPEC SQLSTATE')
+	is(scalar(@bad), 0, 'every error sqlsmith got from redpacket has a documented SQLSTATE')
 	  or diag(join("\n", map {"$_->{state} $_->{text}\n    in: " . substr($_->{statement} // '', 0, 300)} @bad[ 0 .. ($#bad < 9 ? $#bad : 9) ]));
 	is(scalar(grep { $_->{kind} ne 'ERROR' } @errors), 0, 'no FATAL or PANIC during sqlsmith');
 	is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'),
@@ -379,7 +379,7 @@ note('fuzzer: ' . ($#what - 1) . ' statements (' . join(', ', map {"$_ $calls{$_
 note("fuzzer: $n_errors errors, SQLSTATEs: " . join(', ', map {"$_: $states{$_}"} sort keys %states));
 note('fuzzer: by call: ' . join(', ', map {"$_: $by_kind{$_}"} sort keys %by_kind));
 is(join(', ', map { "$_: " . scalar(@{ $bad{$_} }) } sort keys %bad),
-	'', 'every error of the fuzzer has a SPEC SQLSTATE')
+	'', 'every error of the fuzzer has a documented SQLSTATE')
   or diag(join("\n", map { "$_, e.g.:\n  " . join("\n  ", @{ $bad{$_} }[ 0 .. ($#{ $bad{$_} } < 2 ? $#{ $bad{$_} } : 2) ]) } sort keys %bad));
 unlike($err, qr/FATAL|PANIC/, 'no FATAL or PANIC');
 my @srv = server_errors($offset);

@@ -17,16 +17,12 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedpacketTest;
+use RedpacketTest qw(sql);
 use Test::More;
 
 my $SECONDS = 15;
 
-my $node = PostgreSQL::Test::Cluster->new('campaign_load');
-$node->init;
-$node->append_conf('postgresql.conf', "max_connections = 40\n");
-$node->start;
-sub sql { return $node->safe_psql('postgres', $_[0]); }
+my $node = RedpacketTest::node('campaign_load', "max_connections = 40\n");
 
 sql('CREATE EXTENSION redpacket');
 my $fixed = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 8, name => 'fixed')");

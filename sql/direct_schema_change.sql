@@ -1,4 +1,4 @@
--- [rev2] Schema changes a superuser/DBA can make to redpacket.claim after
+-- Schema changes a superuser/DBA can make to redpacket.claim after
 -- which the direct path (src/direct.c) must still write what the fast path's
 -- SQL statement writes (or refuse as it refuses).  Each claim below runs on
 -- the path the instance is configured for (direct by default; test/run_all.sh
