@@ -203,6 +203,11 @@ if want sustain; then
     echo "-- sustained: $SCLIENTS clients x ${SUSTAIN} s, reconcile_interval = $INTERVAL"
     bench_psql -c "ALTER SYSTEM SET redpacket.reconcile_interval = $INTERVAL" -c "SELECT pg_reload_conf()" >/dev/null
     # a clean start: everything so far checked and settled, the counts from now
+    # (the side-by-side runs left their activities, ending within 20 s,
+    # unchecked: the reconciler was paused)
+    bench_psql -At -c "SELECT pg_sleep(GREATEST(0, extract(epoch FROM max(ends_at) - now())) + 1)
+                         FROM redpacket.activity WHERE closed_at IS NULL" >/dev/null
+    bench_psql -c "CALL redpacket.rp_reconcile_strict(false, '5 min')" >/dev/null
     bench_psql -c "SELECT redpacket.rp_stats_reset()" >/dev/null
     lag_q="SELECT count(*),
                   count(*) FILTER (WHERE r.last_pass_at IS NULL AND a.created_at < now() - interval '$LAG s'),
