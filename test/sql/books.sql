@@ -2,7 +2,9 @@
 -- checks after claims, closes and reconciliation.  Shared by the regression
 -- helpers (sql/include/helpers.sql), the TAP tests (test/perl/RedpacketTest.pm)
 -- and the stress run (test/stress/check.sql); it creates the temporary view
--- rp_books in the session that runs it.  Needs the 1.4 catalog.
+-- rp_books in the session that runs it.  A catalog older than 1.4 has no
+-- reversals and no ledger packets: rp_reversed and rp_ledger stand in for
+-- them (psql's \if, so this runs where psql runs it, as everywhere here).
 --
 --   funded         the ledger's funding, which must equal total
 --   topped_up      top-ups minus withdrawals (ledger), topup_packets the
@@ -21,6 +23,18 @@
 --                  funded = total, funded + topped_up = claimed + remaining
 --                  + returned + refunded, the counts agree, nothing negative,
 --                  every amount whole
+SELECT pg_catalog.to_regclass('redpacket.claim_settlement') IS NOT NULL AS rp_books_14 \gset
+\if :rp_books_14
+CREATE TEMP VIEW rp_reversed AS
+SELECT s.activity_id, s.claim_id FROM redpacket.claim_settlement s WHERE s.state = 'reversed';
+CREATE TEMP VIEW rp_ledger AS
+SELECT g.activity_id, g.kind, g.amount, g.packets FROM redpacket.ledger g;
+\else
+CREATE TEMP VIEW rp_reversed AS
+SELECT NULL::bigint AS activity_id, NULL::bigint AS claim_id WHERE false;
+CREATE TEMP VIEW rp_ledger AS
+SELECT g.activity_id, g.kind, g.amount, NULL::integer AS packets FROM redpacket.ledger g;
+\endif
 CREATE TEMP VIEW rp_books AS
 SELECT a.id, a.name, a.total, a.packets, a.per_user_limit, a.scale,
        l.funded, l.topped_up, l.returned, l.refunded, c.claimed, c.n_claims,
@@ -46,9 +60,8 @@ CROSS JOIN LATERAL (
                              = trunc(k.amount * 10::numeric ^ a.scale)), true) AS whole
     FROM redpacket.claim k
     CROSS JOIN LATERAL (
-        SELECT EXISTS (SELECT FROM redpacket.claim_settlement s
-                        WHERE s.activity_id = k.activity_id AND s.claim_id = k.claim_id
-                          AND s.state = 'reversed') AS reversed) r
+        SELECT EXISTS (SELECT FROM rp_reversed s
+                        WHERE s.activity_id = k.activity_id AND s.claim_id = k.claim_id) AS reversed) r
     WHERE k.activity_id = a.id) c
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(s.balance), 0)::numeric AS balance, sum(s.packets) AS packets_left,
@@ -62,4 +75,4 @@ CROSS JOIN LATERAL (
            coalesce(sum(g.packets) FILTER (WHERE g.kind = 'top_up'), 0) AS topup_packets,
            coalesce(sum(g.amount) FILTER (WHERE g.kind = 'return'), 0) AS returned,
            coalesce(sum(g.amount) FILTER (WHERE g.kind = 'refund'), 0) AS refunded
-    FROM redpacket.ledger g WHERE g.activity_id = a.id) l;
+    FROM rp_ledger g WHERE g.activity_id = a.id) l;
