@@ -56,11 +56,14 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "common/int.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -313,13 +316,21 @@ WriteMarks(const RpIdMarks *m)
 		AtEOXact_GUC(true, level);
 }
 
-/* Lock every table of the extension: no row can commit an id after this. */
+/*
+ * Lock every table of the extension: no row can commit an id after this.
+ * The extension itself first, as the DROP will: a reconciler pass holds a
+ * share lock on it from its start and then uses the tables, so taking the
+ * tables first would deadlock with a pass under way (worker.c).
+ */
 static void
 LockTables(void)
 {
 	Datum		kind = CharGetDatum('r');
+	Oid			ext = get_extension_oid("redpacket", true);
 	StringInfoData q;
 
+	if (OidIsValid(ext))
+		LockDatabaseObject(ExtensionRelationId, ext, 0, AccessExclusiveLock);
 	if (RpExec(&members, &kind, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not list the tables of extension redpacket");
 	if (SPI_processed == 0)
