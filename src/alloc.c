@@ -8,7 +8,9 @@
  *		lucky-draw amounts already drawn for the whole activity and handed to
  *		that stripe (dealt, next first), *undealt* otherwise.  Fixed amounts
  *		are paid from undealt money and packets; a lucky draw takes the next
- *		dealt amount.
+ *		dealt amount.  The *pool* is stripe 0 when it holds all the undealt
+ *		money and packets of the activity: once lucky draws have begun it
+ *		does, and each block of amounts is drawn from it.
  *
  *		The rules, in order:
  *		1. A stripe that can pay the whole claim alone pays it: the first one
@@ -19,9 +21,20 @@
  *		   than 1.4), one with a packet and money, which draws the double
  *		   mean of its own balance and packets -- for one stripe that is the
  *		   whole activity.
- *		2. Otherwise, when the caller holds only some of the stripes, it must
+ *		2. A lucky draw on the stripes held, none with a dealt amount, when
+ *		   the caller holds the pool (stripe 0, holding every undealt money
+ *		   and packet: the caller vouches for the stripes it does not hold,
+ *		   others_clear) and the pool has money and a packet: the next
+ *		   blocks are drawn from the pool (Refill) by the double-mean
+ *		   method, one amount after the other, the last packet of the
+ *		   activity taking the exact remainder, and dealt to the stripes
+ *		   held, a block each in spread order (the pool too can be dealt
+ *		   to); the claim takes the first amount.  A block is RP_DEAL_BLOCK
+ *		   amounts, fewer as the pool runs low (a share of the stripes'
+ *		   count), so that the last packets are spread.
+ *		3. Otherwise, when the caller holds only some of the stripes, it must
  *		   lock them all and ask again (RP_ALLOC_NEED_ALL).
- *		3. With every stripe held, the activity's totals decide, so nothing
+ *		4. With every stripe held, the activity's totals decide, so nothing
  *		   is exhausted while the stripes together could pay:
  *		   - a fixed amount is paid when all the money together covers it
  *		     (and a packet is left), from the undealt money and packets of
@@ -31,16 +44,28 @@
  *		     next claims of that size need no gathering.
  *		   - a lucky draw (no stripe has a dealt amount, or rule 1 would
  *		     have paid) is refused only when no money or no packet is left.
- *		     The next RP_DEAL_BLOCK amounts of every stripe are drawn
- *		     (RpDeal), one after the other, by the double-mean method over the activity's
- *		     whole undealt money and packets, the last packet taking the
- *		     exact remainder, and dealt round the stripes from stripe 0;
- *		     what is not dealt is spread evenly over the stripes; then the
- *		     claim takes stripe 0's first amount.  So
- *		     every amount of the activity is a draw of the method run on
- *		     one pool, whatever the stripe count.  Without dealing (a
- *		     catalog older than 1.4) the draw is the double mean of the
- *		     totals, its money taken from the primary, then the fullest.
+ *		     Every stripe's undealt money and packets move to the pool, and
+ *		     rule 2 deals.  Without dealing (a catalog older than 1.4) the
+ *		     draw is the double mean of the totals, its money taken from the
+ *		     primary, then the fullest.
+ *		So every amount of a lucky draw is the next draw of the method run on
+ *		one pool, the whole activity's, whatever the stripe count, and only
+ *		the first draw (and one after a fixed claim or a reversal spread
+ *		undealt money) gathers: a deal holds the pool and the stripes it deals
+ *		to, and waits at most for the pool (stripe.c).  Claims made one
+ *		after the other take the amounts in the order they were drawn:
+ *		blocks are dealt in spread order, claims go on in spread order, and
+ *		a deal comes only when nothing dealt is left to them.
+ *
+ *		Why the pool is the whole activity.  The caller of rule 2 that does
+ *		not hold every stripe reads the others after it locked the pool and
+ *		finds no undealt money or packet on them.  Every change that adds
+ *		undealt money or packets to a stripe other than the pool is made
+ *		holding every stripe, the pool among them (a gather, a reversal, a
+ *		live change, a repair), or by the creating transaction; so none can
+ *		be under way while the caller holds the pool.  Were a future writer
+ *		to break that, the draw would be the method over part of the
+ *		undealt money: within its bounds, never more than the stripes hold.
  */
 #include "postgres.h"
 
@@ -148,7 +173,7 @@ SpreadUndealt(const RpAllocIn *in, RpAllocOut *out, int m, int64 money, int64 pa
 }
 
 /*
- * Rule 3, a fixed amount: the claim is paid from every stripe's undealt
+ * Rule 4, a fixed amount: the claim is paid from every stripe's undealt
  * money and packets taken together (every dealt amount returned first, when
  * the undealt part is too small: a fixed claim on an activity whose packets
  * are dealt to lucky draws).  The rest is then spread over as many stripes
@@ -196,65 +221,133 @@ AllocFixedAll(const RpAllocIn *in, RpAllocOut *out, bool undeal)
 	out->changed[out->primary] = true;
 }
 
-/*
- * Deal the next block of every stripe (up to RP_DEAL_BLOCK amounts each)
- * from a pool of money and packets, nothing being dealt before: the amounts
- * drawn one after the other by the double-mean method over what the pool
- * still holds (the last packet taking the exact remainder) and dealt round
- * the stripes, the j-th to stripe (start + j) % n, so that small activities
- * spread over every stripe; what is not dealt is spread evenly.  next[]
- * gets every stripe's state, its dealt amounts in scratch (room for
- * n * RP_DEAL_BLOCK).
- */
-void
-RpDeal(int n, int start, int64 money, int64 packets, int64 (*draw) (int64, int64),
-	   int64 *scratch, RpStripeState *next)
+/* The block each stripe gets: RP_DEAL_BLOCK, or a share of the stripes when the pool runs low. */
+static int64
+BlockSize(int n, int64 pool_packets)
 {
-	int64		deal = Min(packets, (int64) n * RP_DEAL_BLOCK);
+	return Min((int64) RP_DEAL_BLOCK, Max((int64) 1, pool_packets / n));
+}
 
-	for (int s = 0; s < n; s++)
-	{
-		next[s].dealt = scratch + s * RP_DEAL_BLOCK;
-		next[s].ndealt = 0;
-		next[s].balance = 0;
-		next[s].packets = 0;
-	}
-	for (int64 j = 0; j < deal && money > 0; j++)
-	{
-		RpStripeState *nx = &next[(start + j) % n];
-		int64		x = draw(money, packets);
+/*
+ * Deal the next block from the pool (stripe 0 of next[]: every undealt money
+ * and packet of the activity) to stripe t (nothing dealt, no
+ * undealt money or packet; the pool itself when t is 0): amounts drawn one
+ * after the other by the double-mean method over what the pool still holds,
+ * the last packet taking the exact remainder; their money and packets move
+ * from the pool to t.  block is the most amounts to deal; they go to
+ * amounts (room for RP_DEAL_BLOCK).  Returns how many were dealt.
+ */
+static int
+DealBlock(RpStripeState *next, int t, int64 block, int64 (*draw) (int64, int64),
+		  int64 *amounts)
+{
+	int64		money = UndealtUnits(&next[0]);
+	int64		packets = UndealtPackets(&next[0]);
+	int			k = 0;
 
-		((int64 *) nx->dealt)[nx->ndealt++] = x;
-		nx->balance += x;
-		nx->packets++;
-		money -= x;
+	while (k < block && money > 0 && packets > 0)
+	{
+		amounts[k] = draw(money, packets);
+		money -= amounts[k];
 		packets--;
+		if (t != 0)
+		{
+			next[0].balance -= amounts[k];
+			next[0].packets -= 1;
+			next[t].balance += amounts[k];
+			next[t].packets += 1;
+		}
+		k++;
 	}
-	for (int i = 0; i < n; i++)
-	{
-		RpStripeState *nx = &next[(start + i) % n];
-
-		nx->balance += money / n + (i < money % n ? 1 : 0);
-		nx->packets += packets / n + (i < packets % n ? 1 : 0);
-	}
+	next[t].dealt = amounts;
+	next[t].ndealt = k;
+	return k;
 }
 
 /*
- * Rule 3, a lucky draw with dealing: deal (from stripe 0 on, so that the
- * order the amounts were drawn in is known from the stripes), then the
- * first amount of stripe 0.
+ * Rule 2 without the claim: when the caller holds the pool and it
+ * holds every undealt money and packet (of the stripes held, as seen here;
+ * of the others, as the caller vouches, others_clear), with money and a
+ * packet left, deal a block to each stripe held with nothing dealt, in
+ * spread order, as long as the pool lasts.  Returns the first stripe dealt
+ * to, or -1 (nothing changed).
  */
-static void
-AllocDeal(const RpAllocIn *in, RpAllocOut *out, int64 money, int64 packets)
+static int
+Refill(const RpAllocIn *in, RpAllocOut *out)
 {
-	RpDeal(in->n, 0, money, packets, in->draw, in->scratch, out->next);
+	int64		block;
+	int			first = -1;
+
+	if (in->units > 0 || !in->deal || !Visible(in, 0))
+		return -1;
+	if (UndealtUnits(&out->next[0]) <= 0 || UndealtPackets(&out->next[0]) <= 0)
+		return -1;
 	for (int s = 0; s < in->n; s++)
+	{
+		if (!Visible(in, s))
+		{
+			if (!in->others_clear)
+				return -1;		/* undealt money elsewhere is not ruled out */
+			continue;
+		}
+		if (s != 0 && (UndealtUnits(&out->next[s]) != 0 || UndealtPackets(&out->next[s]) != 0))
+			return -1;			/* undealt money outside the pool */
+	}
+	block = BlockSize(in->n, out->next[0].packets);
+	for (int i = 0; i < in->n; i++)
+	{
+		int			s = (in->start + i) % in->n;
+
+		if (!Visible(in, s) || out->next[s].ndealt > 0)
+			continue;
+		if (DealBlock(out->next, s, block, in->draw, in->scratch + (int64) s * RP_DEAL_BLOCK) == 0)
+			break;				/* the pool is empty */
 		out->changed[s] = true;
-	PayDealt(in, out, 0);
+		if (first < 0)
+			first = s;
+	}
+	out->changed[0] = true;
+	return first;
+}
+
+/* Rule 2: deal a block, pay its first amount. */
+static bool
+AllocRefill(const RpAllocIn *in, RpAllocOut *out)
+{
+	int			t = Refill(in, out);
+
+	if (t < 0)
+		return false;
+	PayDealt(in, out, t);
+	return true;
 }
 
 /*
- * Rule 3, a lucky draw without dealing: the double mean of the totals; the
+ * Rule 4, a lucky draw with dealing: nothing is dealt; every undealt money
+ * and packet moves to the pool, then rule 2 deals (it can: the caller found
+ * money and a packet left).
+ */
+static bool
+AllocGatherPool(const RpAllocIn *in, RpAllocOut *out)
+{
+	for (int s = 1; s < in->n; s++)
+	{
+		RpStripeState *nx = &out->next[s];
+
+		if (nx->balance == 0 && nx->packets == 0)
+			continue;
+		out->next[0].balance += nx->balance;
+		out->next[0].packets += nx->packets;
+		nx->balance = 0;
+		nx->packets = 0;
+		out->changed[s] = true;
+	}
+	out->changed[0] = true;
+	return AllocRefill(in, out);	/* the pool has money and a packet */
+}
+
+/*
+ * Rule 4, a lucky draw without dealing: the double mean of the totals; the
  * packet from a stripe that has one (with money, if one has both), the
  * money from it first, then from the fullest stripes.
  */
@@ -296,6 +389,25 @@ AllocDrawSplit(const RpAllocIn *in, RpAllocOut *out, int64 money, int64 packets)
 	out->primary = primary;
 }
 
+static void
+Start(const RpAllocIn *in, RpAllocOut *out)
+{
+	out->primary = -1;
+	out->units = 0;
+	for (int s = 0; s < in->n; s++)
+	{
+		out->next[s] = in->stripes[s];
+		out->changed[s] = false;
+	}
+}
+
+int
+RpAllocDeal(const RpAllocIn *in, RpAllocOut *out)
+{
+	Start(in, out);
+	return Refill(in, out);
+}
+
 RpAllocResult
 RpAllocate(const RpAllocIn *in, RpAllocOut *out)
 {
@@ -304,15 +416,8 @@ RpAllocate(const RpAllocIn *in, RpAllocOut *out)
 	int64		undealt_money = 0;
 	int64		undealt_packets = 0;
 
-	out->primary = -1;
-	out->units = 0;
-	for (int s = 0; s < in->n; s++)
-	{
-		out->next[s] = in->stripes[s];
-		out->changed[s] = false;
-	}
-
-	if (AllocAlone(in, out))
+	Start(in, out);
+	if (AllocAlone(in, out) || AllocRefill(in, out))
 		return RP_ALLOC_PAID;
 	for (int s = 0; s < in->n; s++)
 		if (!Visible(in, s))
@@ -334,9 +439,9 @@ RpAllocate(const RpAllocIn *in, RpAllocOut *out)
 	}
 	if (money == 0 || packets == 0)
 		return RP_ALLOC_EXHAUSTED;
-	if (in->deal)
-		AllocDeal(in, out, money, packets);
-	else
+	if (!in->deal)
 		AllocDrawSplit(in, out, money, packets);
+	else if (!AllocGatherPool(in, out))
+		return RP_ALLOC_EXHAUSTED;
 	return RP_ALLOC_PAID;
 }

@@ -11,7 +11,7 @@
 
 #include "postgres.h"
 
-/* Lucky-draw amounts drawn ahead and dealt to a stripe at a time. */
+/* Lucky-draw amounts drawn ahead from the pool and dealt to a stripe at a time. */
 #define RP_DEAL_BLOCK 32
 
 /*
@@ -42,6 +42,8 @@ typedef struct RpAllocIn
 	bool		capped;			/* the activity counts packets */
 	bool		deal;			/* lucky draws are drawn for the whole activity and
 								 * dealt (more than one stripe, a 1.4 catalog) */
+	bool		others_clear;	/* the stripes not visible hold no undealt money
+								 * or packet (read after the pool was locked) */
 	int			start;			/* first stripe to look at */
 	int64		units;			/* the fixed amount, or 0 for a lucky draw */
 	int64		(*draw) (int64 balance, int64 packets);
@@ -65,12 +67,11 @@ typedef struct RpAllocOut
 extern RpAllocResult RpAllocate(const RpAllocIn *in, RpAllocOut *out);
 
 /*
- * Deal a fresh pool (nothing dealt yet) of money and packets over n
- * stripes: the next block of each drawn for the whole pool, the rest spread
- * evenly (alloc.c, rule 3); scratch has room for n * RP_DEAL_BLOCK.
+ * Rule 2 of alloc.c without a claim: deal a block from the pool (stripe 0)
+ * to each stripe held with nothing dealt, when the pool holds every undealt
+ * money and packet.  Returns the first stripe dealt to, or -1 when nothing
+ * was dealt; out as for RpAllocate (no claim: primary -1, units 0).
  */
-extern void RpDeal(int n, int start, int64 money, int64 packets,
-				   int64 (*draw) (int64 balance, int64 packets), int64 *scratch,
-				   RpStripeState *next);
+extern int	RpAllocDeal(const RpAllocIn *in, RpAllocOut *out);
 
 #endif							/* RP_ALLOC_H */

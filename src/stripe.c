@@ -46,22 +46,39 @@
 /* The columns the stripes are read with. */
 enum
 {
-	SR_STRIPE = 1, SR_BALANCE, SR_PACKETS, SR_HALTED, SR_REVISION, SR_DEALT
+	SR_STRIPE = 1, SR_BALANCE, SR_PACKETS, SR_HALTED, SR_REVISION, SR_DEALT, SR_DEALT_UNITS,
+	SR_DEALT_COUNT
 };
 
+/*
+ * $2 the stripes to read, $3 those held: only their dealt amounts are read
+ * (a guess needs their sum and number, not the amounts).
+ */
 #define RP_READ_STRIPES(extra) \
 	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted, " extra \
 	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1" \
 	"   AND s.stripe OPERATOR(pg_catalog.=) ANY ($2)"
 
 static RpPlan read_stripes_14 = {
-	RP_READ_STRIPES("s.revision, s.dealt"),
-	2, {INT8OID, INT4ARRAYOID}
+	RP_READ_STRIPES("s.revision,"
+					" CASE WHEN s.stripe OPERATOR(pg_catalog.=) ANY ($3) THEN s.dealt END,"
+					" s.dealt_units, s.dealt_count"),
+	3, {INT8OID, INT4ARRAYOID, INT4ARRAYOID}
+};
+
+/* One stripe, held: an index scan, not a bitmap of one. */
+static RpPlan read_stripe_14 = {
+	"SELECT s.stripe, s.balance, coalesce(s.packets, 0), s.halted, s.revision, s.dealt,"
+	"       s.dealt_units, s.dealt_count"
+	"  FROM redpacket.stripe s WHERE s.activity_id OPERATOR(pg_catalog.=) $1"
+	"   AND s.stripe OPERATOR(pg_catalog.=) $2",
+	2, {INT8OID, INT4OID}
 };
 
 static RpPlan read_stripes_13 = {
-	RP_READ_STRIPES("0::pg_catalog.int8, NULL::pg_catalog.int8[]"),
-	2, {INT8OID, INT4ARRAYOID}
+	RP_READ_STRIPES("0::pg_catalog.int8, NULL::pg_catalog.int8[], 0::pg_catalog.int8,"
+					" 0::pg_catalog.int4"),
+	3, {INT8OID, INT4ARRAYOID, INT4ARRAYOID}
 };
 
 #define RP_WRITE_STRIPE(extra) \
@@ -225,17 +242,21 @@ RpStripeSetInit(RpStripeSet *set, const RpActivity *act)
 	set->n = n;
 	set->all = false;
 	set->deal = n > 1 && RpCatalogVersion() >= RP_CATALOG_1_4;
+	set->others_clear = false;
 	set->last_primary = -1;
 	set->cxt = CurrentMemoryContext;
 	set->locked = palloc0(sizeof(bool) * n);
 	set->halted = palloc0(sizeof(bool) * n);
 	set->revision = palloc0(sizeof(int64) * n);
 	set->read = palloc0(sizeof(RpStripeState) * n);
+	set->dealt_units = palloc0(sizeof(int64) * n);
+	set->dealt_count = palloc0(sizeof(int64) * n);
 	set->now = palloc0(sizeof(RpStripeState) * n);
 	set->claims = palloc0(sizeof(int64) * n);
 	set->changed = palloc0(sizeof(bool) * n);
 	set->next = palloc0(sizeof(RpStripeState) * n);
 	set->next_changed = palloc0(sizeof(bool) * n);
+	set->scratch = palloc(sizeof(int64) * n * RP_DEAL_BLOCK);
 }
 
 bool
@@ -306,10 +327,12 @@ ReadDealt(RpStripeSet *set, Datum d, RpStripeState *st)
 void
 RpStripeSetRead(RpStripeSet *set, bool guess)
 {
-	int32	   *ids = palloc(sizeof(int32) * set->n);
 	Datum	   *idd = palloc(sizeof(Datum) * set->n);
+	Datum	   *held = palloc(sizeof(Datum) * set->n);
 	int			m = 0;
-	Datum		values[2];
+	int			h = 0;
+	Datum		values[3];
+	RpPlan	   *plan;
 	MemoryContext outer;
 
 	for (int s = 0; s < set->n; s++)
@@ -317,17 +340,26 @@ RpStripeSetRead(RpStripeSet *set, bool guess)
 		memset(&set->read[s], 0, sizeof(RpStripeState));
 		set->halted[s] = false;
 		set->revision[s] = set->act->revision;
+		set->dealt_units[s] = 0;
+		set->dealt_count[s] = 0;
+		if (set->locked[s])
+			held[h++] = Int32GetDatum(s);
 		if (guess || set->locked[s])
-		{
-			ids[m] = s;
-			idd[m] = Int32GetDatum(s);
-			m++;
-		}
+			idd[m++] = Int32GetDatum(s);
 	}
 	values[0] = Int64GetDatum(set->act->id);
-	values[1] = PointerGetDatum(construct_array(idd, m, INT4OID, 4, true, TYPALIGN_INT));
-	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_4 ? &read_stripes_14 : &read_stripes_13,
-			   values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) m)
+	if (m == 1 && h == 1 && RpCatalogVersion() >= RP_CATALOG_1_4)
+	{
+		values[1] = idd[0];
+		plan = &read_stripe_14;
+	}
+	else
+	{
+		values[1] = PointerGetDatum(construct_array(idd, m, INT4OID, 4, true, TYPALIGN_INT));
+		values[2] = PointerGetDatum(construct_array(held, h, INT4OID, 4, true, TYPALIGN_INT));
+		plan = RpCatalogVersion() >= RP_CATALOG_1_4 ? &read_stripes_14 : &read_stripes_13;
+	}
+	if (RpExec(plan, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != (uint64) m)
 		elog(ERROR, "activity " INT64_FORMAT " has " UINT64_FORMAT " of the %d stripe rows asked",
 			 set->act->id, SPI_processed, m);
 	outer = MemoryContextSwitchTo(set->cxt);
@@ -345,9 +377,52 @@ RpStripeSetRead(RpStripeSet *set, bool guess)
 		d = RpGetDatum(r, SR_DEALT, &isnull);
 		if (!isnull)
 			ReadDealt(set, d, st);
+		set->dealt_units[s] = RpGetInt64(r, SR_DEALT_UNITS, 0);
+		set->dealt_count[s] = RpGetInt64(r, SR_DEALT_COUNT, 0);
 	}
 	MemoryContextSwitchTo(outer);
+	set->others_clear = false;
 	RpStripeSetReset(set);
+}
+
+/* As read: stripe s has no undealt money or packet. */
+static bool
+Clear(const RpStripeSet *set, int s)
+{
+	return set->read[s].balance == set->dealt_units[s] &&
+		set->read[s].packets == set->dealt_count[s];
+}
+
+/* As read: the pool holds every undealt money and packet, and can deal. */
+static bool
+PoolCanDeal(const RpStripeSet *set)
+{
+	const RpStripeState *pool = &set->read[0];
+
+	for (int s = 1; s < set->n; s++)
+		if (!Clear(set, s))
+			return false;
+	return set->dealt_count[0] == 0 && pool->balance > 0 && pool->packets > 0;
+}
+
+/*
+ * Read the stripes held before a decision; with pool, every stripe: the
+ * caller holds the pool (stripe 0), so nobody can be adding undealt money or
+ * packets to the others (alloc.c), and what they show says whether the pool
+ * holds all of it.
+ */
+static void
+ReadHeld(RpStripeSet *set, bool pool)
+{
+	bool		clear = true;
+
+	RpStripeSetRead(set, pool);
+	if (!pool)
+		return;
+	for (int s = 1; s < set->n; s++)
+		if (!set->locked[s] && !Clear(set, s))
+			clear = false;
+	set->others_clear = clear;
 }
 
 void
@@ -397,6 +472,104 @@ KeepDealt(RpStripeSet *set, const RpStripeState *st)
 	return copy;
 }
 
+/* The allocator's input and output over what the decisions so far left. */
+static void
+AllocInput(RpStripeSet *set, int64 units, int start, RpAllocIn *in, RpAllocOut *out)
+{
+	in->n = set->n;
+	in->stripes = set->now;
+	in->visible = set->all ? NULL : set->locked;
+	in->capped = set->act->packets != 0;
+	in->deal = set->deal;
+	in->others_clear = set->others_clear;
+	in->start = start;
+	in->units = units;
+	in->draw = RpDrawUnits;
+	in->scratch = set->scratch;
+	out->next = set->next;
+	out->changed = set->next_changed;
+}
+
+/* Keep the allocator's new state of the stripes as the set's decisions. */
+static void
+KeepNext(RpStripeSet *set)
+{
+	for (int s = 0; s < set->n; s++)
+	{
+		if (!set->next_changed[s])
+			continue;
+		if (set->next[s].dealt != set->now[s].dealt ||
+			set->next[s].ndealt != set->now[s].ndealt)
+			set->next[s].dealt = KeepDealt(set, &set->next[s]);
+		set->now[s] = set->next[s];
+		set->changed[s] = true;
+	}
+}
+
+/*
+ * Deal from the pool, which the set holds, to every stripe it holds with
+ * nothing dealt (alloc.c, rule 2), reading every stripe first (ReadHeld);
+ * the decisions that follow see the blocks.  False when nothing was dealt.
+ */
+static bool
+DealHeld(RpStripeSet *set, int start)
+{
+	RpAllocIn	in;
+	RpAllocOut	out;
+
+	ReadHeld(set, true);
+	if (RpStripeSetStale(set) != RP_TAKE_OK)
+		return false;
+	AllocInput(set, 0, start, &in, &out);
+	if (RpAllocDeal(&in, &out) < 0)
+		return false;
+	KeepNext(set);
+	return true;
+}
+
+/*
+ * Before a deal from the pool: try-lock every stripe, so that the deal can
+ * reach each free one with nothing dealt (it learns which from its read);
+ * the stripes it does not deal to are given back when it writes.
+ */
+static void
+LockFree(RpStripeSet *set)
+{
+	for (int s = 1; s < set->n; s++)
+		(void) RpStripeSetTryLock(set, s);
+}
+
+/*
+ * Deal ahead: a lucky draw that took the last amount dealt to its stripe s,
+ * in the transaction's first claim on the activity, deals the next blocks
+ * now if the pool is free: to s and to every free stripe with nothing dealt
+ * (every lock only tried), as rule 2 of alloc.c would deal to them for the
+ * next claims.  So under load the stripes seldom run dry, and a claim seldom
+ * finds one so and waits for the pool.  A transaction that claimed before
+ * deals nothing ahead: it keeps what it holds to its end, and would keep
+ * the stripes it dealt to (so too, claims made one after the other in one
+ * transaction take the amounts in the order they were drawn).
+ */
+static void
+DealAhead(const RpActivity *act, int s)
+{
+	RpStripeSet set;
+
+	if (RpHeldEarlier(act->id))
+		return;
+	RpStripeSetInit(&set, act);
+	if (!RpStripeSetTryLock(&set, 0) || !RpStripeSetTryLock(&set, s))
+	{
+		RpStripeSetRelease(&set);
+		return;
+	}
+	LockFree(&set);
+	if (DealHeld(&set, s))
+		RpStripeSetWrite(&set);
+	else
+		RpStripeSetRelease(&set);
+}
+
 /*
  * Decide one claim of units (0: a lucky draw) over the stripes held and what
  * the decisions before it left.  On RP_ALLOC_PAID the decision is kept (the
@@ -409,36 +582,16 @@ RpStripeSetTake(RpStripeSet *set, int64 units, int start, int *primary, int64 *a
 	RpAllocOut	out;
 	RpAllocResult r;
 
-	in.n = set->n;
-	in.stripes = set->now;
-	in.visible = set->all ? NULL : set->locked;
-	in.capped = set->act->packets != 0;
-	in.deal = set->deal;
-	in.start = start;
-	in.units = units;
-	in.draw = RpDrawUnits;
-	in.scratch = MemoryContextAlloc(set->cxt, sizeof(int64) * set->n * RP_DEAL_BLOCK);
-	out.next = set->next;
-	out.changed = set->next_changed;
+	AllocInput(set, units, start, &in, &out);
 	r = RpAllocate(&in, &out);
 	if (r == RP_ALLOC_PAID)
 	{
-		for (int s = 0; s < set->n; s++)
-		{
-			if (!set->next_changed[s])
-				continue;
-			if (set->next[s].dealt != set->now[s].dealt ||
-				set->next[s].ndealt != set->now[s].ndealt)
-				set->next[s].dealt = KeepDealt(set, &set->next[s]);
-			set->now[s] = set->next[s];
-			set->changed[s] = true;
-		}
+		KeepNext(set);
 		set->claims[out.primary]++;
 		set->last_primary = out.primary;
 		*primary = out.primary;
 		*amount = out.units;
 	}
-	pfree(in.scratch);
 	return r;
 }
 
@@ -515,16 +668,17 @@ static bool
 CouldPayAlone(const RpStripeSet *set, int s, int64 units)
 {
 	const RpStripeState *st = &set->read[s];
-	int64		dealt = 0;
+	int64		dealt = set->dealt_units[s];
+	int64		ndealt = set->dealt_count[s];
 
 	if (set->halted[s])
 		return false;
-	for (int i = 0; i < st->ndealt; i++)
-		dealt += st->dealt[i];
 	if (units > 0)
 		return st->balance - dealt >= units &&
-			(set->act->packets == 0 || st->packets - st->ndealt > 0);
-	return st->ndealt > 0 || (!set->deal && st->packets > 0 && st->balance > 0);
+			(set->act->packets == 0 || st->packets - ndealt > 0);
+	if (ndealt > 0 || (!set->deal && st->packets > 0 && st->balance > 0))
+		return true;
+	return set->deal && s == 0 && PoolCanDeal(set);
 }
 
 /* A guess proves exhaustion: even every committed balance together cannot pay. */
@@ -544,14 +698,12 @@ GuessExhausted(const RpStripeSet *set, int64 units)
 	return units > 0 ? money < units : money == 0;
 }
 
-/* Decide over the stripes held; write on success. */
+/* Decide over the stripes held as read; write on success. */
 static RpTakeResult
-DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
+Decide(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
 {
-	RpTakeResult stale;
+	RpTakeResult stale = RpStripeSetStale(set);
 
-	RpStripeSetRead(set, false);
-	stale = RpStripeSetStale(set);
 	if (stale != RP_TAKE_OK)
 	{
 		RpStripeSetRelease(set);
@@ -561,6 +713,8 @@ DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
 	{
 		case RP_ALLOC_PAID:
 			RpStripeSetWrite(set);
+			if (units == 0 && set->deal && set->now[*stripe].ndealt == 0)
+				DealAhead(set->act, *stripe);
 			return RP_TAKE_OK;
 		case RP_ALLOC_EXHAUSTED:
 			RpStripeSetRelease(set);
@@ -571,10 +725,44 @@ DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
 	return RP_TAKE_DIVERT;		/* not decided with the stripes held */
 }
 
+/* Read the stripes held, decide over them; write on success. */
+static RpTakeResult
+DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
+{
+	ReadHeld(set, false);
+	return Decide(set, units, start, stripe, amount);
+}
+
 /*
- * Probe from the spread: try-lock a stripe, decide with the stripes held so
- * far.  RP_TAKE_DIVERT when the probes did not decide; RP_TAKE_WAIT when no
- * stripe could be locked.
+ * A lucky draw that found nothing dealt on the stripes it holds: hold the
+ * pool too, and every free stripe, and decide again, so that the pool may
+ * deal a block to each with nothing dealt (alloc.c, rule 2).  The other
+ * stripes are only try-locked; when the pool is busy the claim waits for it
+ * (RP_TAKE_WAIT, holding nothing: whoever holds it is likely dealing, and a
+ * wait costs less than reading every stripe).  RP_TAKE_DIVERT when the pool
+ * cannot deal.
+ */
+static RpTakeResult
+DealFromPool(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int *wait)
+{
+	if (units != 0 || !set->deal)
+		return RP_TAKE_DIVERT;
+	if (!RpStripeSetTryLock(set, 0))
+	{
+		RpStripeSetRelease(set);
+		*wait = 0;
+		return RP_TAKE_WAIT;
+	}
+	LockFree(set);
+	(void) DealHeld(set, start);
+	return Decide(set, units, start, stripe, amount);
+}
+
+/*
+ * Probe from the spread: try-lock a stripe, decide with it alone, give it
+ * back if it cannot pay alone; a lucky draw that found none then tries the
+ * pool.  RP_TAKE_DIVERT when the probes did not decide; RP_TAKE_WAIT when no
+ * stripe could be locked, or the pool is busy.
  */
 static RpTakeResult
 Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int *wait)
@@ -589,16 +777,17 @@ Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int 
 		if (!RpStripeSetTryLock(set, s))
 			continue;
 		tried++;
-		r = DecideHeld(set, units, start, stripe, amount);
+		r = DecideHeld(set, units, s, stripe, amount);
 		if (r != RP_TAKE_DIVERT)
 			return r;
+		RpStripeSetRelease(set);	/* it cannot pay alone: one stripe at a time */
 	}
 	if (tried == 0)
 	{
 		*wait = start;
 		return RP_TAKE_WAIT;
 	}
-	return RP_TAKE_DIVERT;
+	return DealFromPool(set, units, start, stripe, amount, wait);
 }
 
 RpTakeResult
@@ -661,7 +850,10 @@ RpTakeCareful(const RpActivity *act, int64 units, bool all_held, int *stripe, in
 				first = s;		/* busy, but it could pay alone */
 			continue;
 		}
-		r = DecideHeld(&set, units, s, stripe, amount);
+		if (s == 0 && set.dealt_count[0] == 0)
+			r = DealFromPool(&set, units, start, stripe, amount, wait);
+		else
+			r = DecideHeld(&set, units, s, stripe, amount);
 		if (r != RP_TAKE_DIVERT)
 			return r;
 		RpStripeSetRelease(&set);

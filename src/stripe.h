@@ -55,14 +55,19 @@ typedef struct RpStripeSet
 	bool	   *locked;
 	bool	   *halted;			/* as read */
 	int64	   *revision;		/* as read */
-	RpStripeState *read;
+	RpStripeState *read;		/* dealt amounts only of the stripes held */
+	int64	   *dealt_units;	/* as read, of every stripe read */
+	int64	   *dealt_count;
 	RpStripeState *now;
 	int64	   *claims;			/* claims the decisions so far count on each stripe */
 	bool	   *changed;		/* now differs from read */
 	bool		deal;			/* lucky draws are dealt (more than one stripe, 1.4) */
+	bool		others_clear;	/* as read: the stripes not held hold no undealt
+								 * money or packet (alloc.h) */
 	int			last_primary;	/* the stripe the last decision counted, or -1 */
 	RpStripeState *next;		/* scratch of one allocation */
 	bool	   *next_changed;
+	int64	   *scratch;		/* the allocator's, RP_DEAL_BLOCK amounts */
 	MemoryContext cxt;
 } RpStripeSet;
 

@@ -79,25 +79,20 @@ $$;
 
 -- A drained lucky-draw activity's amounts (in minor units) in the order they
 -- were drawn, with the units r and packets p the activity had left before
--- each draw.  One stripe: the claims' order.  More: every deal (at the first
--- lucky draw, then whenever no stripe has an amount left) draws the next 32 * stripes
--- amounts and deals them round the stripes, the j-th to stripe j % stripes;
--- so, claims made one after the other, the k-th claim belongs to deal
--- k / (32 * stripes), and the q-th claim a stripe paid in a deal was that
--- deal's draw q * stripes + stripe.  The claims must have been lucky draws
--- only (a fixed claim changes the deals).
+-- each draw.  Claims made one after the other take the amounts in the order
+-- they were drawn, whatever the stripe count (one stripe: each claim draws;
+-- more: the pool deals blocks to the stripes in spread order, the claims go
+-- on in spread order, and the next deal comes when nothing dealt is left),
+-- so that order is the claims'.  The claims must have been lucky draws only
+-- (a fixed claim changes the deals).
 CREATE FUNCTION pg_temp.draws(aid bigint)
 RETURNS TABLE (j bigint, u numeric, r numeric, p bigint) LANGUAGE sql AS $$
-    WITH a AS (SELECT x.stripes, x.packets, x.total * 10::numeric ^ x.scale AS units,
+    WITH a AS (SELECT x.packets, x.total * 10::numeric ^ x.scale AS units,
                       10::numeric ^ x.scale AS unit
                  FROM redpacket.activity x WHERE x.id = aid),
-    c AS (SELECT cl.claim_id, cl.stripe, cl.amount * a.unit AS u, a.stripes,
-                 (row_number() OVER (ORDER BY cl.claim_id) - 1) / (32 * a.stripes) AS deal
-            FROM redpacket.claim cl, a WHERE cl.activity_id = aid),
-    q AS (SELECT c.*, row_number() OVER (PARTITION BY c.deal, c.stripe ORDER BY c.claim_id) - 1 AS q
-            FROM c),
-    o AS (SELECT q.u, row_number() OVER (ORDER BY q.deal, q.q * q.stripes + q.stripe) - 1 AS j
-            FROM q)
+    o AS (SELECT cl.amount * a.unit AS u,
+                 row_number() OVER (ORDER BY cl.claim_id) - 1 AS j
+            FROM redpacket.claim cl, a WHERE cl.activity_id = aid)
     SELECT o.j, o.u,
            a.units - coalesce(sum(o.u) OVER (ORDER BY o.j ROWS BETWEEN UNBOUNDED PRECEDING
                                              AND 1 PRECEDING), 0),
