@@ -102,6 +102,32 @@ static RpPlan insert_state = {
 	1, {INT8OID}
 };
 
+/*
+ * A 1.4 activity on a single node in one statement: the activity, its
+ * stripes (the budget and packets spread evenly, the first stripes taking
+ * the remainders, nothing dealt), its funding and its reconciliation state.
+ * $1-$9 as insert_activity_14, $10 the total in minor units.  One statement
+ * instead of four made creation about a third cheaper; on Citus the four
+ * run one by one (each routed by activity).
+ */
+static RpPlan create_14 = {
+	"WITH a AS (INSERT INTO redpacket.activity"
+	"           (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted)"
+	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id),"
+	"     s AS (INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
+	"           SELECT a.id, g, ($10 OPERATOR(pg_catalog./) $5) OPERATOR(pg_catalog.+)"
+	"                  CASE WHEN g OPERATOR(pg_catalog.<) ($10 OPERATOR(pg_catalog.%) $5) THEN 1 ELSE 0 END,"
+	"                  ($3 OPERATOR(pg_catalog./) $5) OPERATOR(pg_catalog.+)"
+	"                  CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $5) THEN 1 ELSE 0 END"
+	"             FROM a, pg_catalog.generate_series(0, $5 OPERATOR(pg_catalog.-) 1) g),"
+	"     l AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
+	"           SELECT a.id, 'fund', $2, 'funded', $3 FROM a),"
+	"     r AS (INSERT INTO redpacket.reconcile_state (activity_id) SELECT a.id FROM a)"
+	" SELECT a.id FROM a",
+	10, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BOOLOID, INT8OID}, NULL, true
+};
+
 /* Copy the activity's frozen-or-closed state onto its stripes. */
 static RpPlan sync_halt = {
 	"UPDATE redpacket.stripe s SET halted = a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL"
@@ -258,8 +284,8 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	int32		per_user_limit;
 	TimestampTz starts_at;
 	bool		restricted = false;
-	Datum		values[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int64		id;
 
 	RpNoNull(PG_ARGISNULL(0), "total");
@@ -309,6 +335,15 @@ rp_create_activity(PG_FUNCTION_ARGS)
 	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
 	values[8] = BoolGetDatum(restricted);
+	values[9] = Int64GetDatum(total_units);
+	if (PG_NARGS() > 8 && RpCatalogVersion() >= RP_CATALOG_1_4 && !RpDistributed())
+	{
+		if (RpExec(&create_14, values, nulls, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not insert activity");
+		id = RpGetInt64(0, 1, 0);
+		SPI_finish();
+		PG_RETURN_INT64(id);
+	}
 	if (RpExec(PG_NARGS() > 8 ? &insert_activity_14 : &insert_activity, values, nulls, false,
 			   1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert activity");
