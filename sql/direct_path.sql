@@ -42,6 +42,27 @@ SELECT status FROM redpacket.rp_claim(:a, 'd4', 2.00);
 COMMIT;
 SELECT sum(balance) AS remaining_units, sum(claims) AS claims FROM redpacket.stripe WHERE activity_id = :a;
 
+-- Lucky draws take the direct path too: on a one-stripe activity the draw is
+-- made over the stripe; on a dealing activity the next amount dealt to the
+-- stripe is taken; a stripe with nothing dealt is left to the careful path,
+-- which deals from the pool.  Either way the amounts add up to the total.
+SELECT redpacket.rp_create_activity(10.00, packets => 4) AS l1 \gset
+SELECT redpacket.rp_create_activity(10.00, packets => 4, stripes => 2) AS l2 \gset
+SELECT status FROM redpacket.rp_claim(:l1, 'l1-0');  -- the careful path remembers the activity
+SELECT status FROM redpacket.rp_claim(:l2, 'l2-0');  -- deals from the pool
+SET client_min_messages = debug1;
+SELECT status FROM redpacket.rp_claim(:l1, 'l1-1');
+SELECT status FROM redpacket.rp_claim(:l2, 'l2-1');
+RESET client_min_messages;
+SELECT count(*) FROM generate_series(2, 4) g, redpacket.rp_claim(:l1, 'l1-' || g) r
+ WHERE r.status = 'claimed';
+SELECT count(*) FROM generate_series(2, 4) g, redpacket.rp_claim(:l2, 'l2-' || g) r
+ WHERE r.status = 'claimed';
+SELECT activity_id = :l1 AS one_stripe, count(*), sum(amount), min(amount) >= 0.01 AS each_a_cent
+  FROM redpacket.claim WHERE activity_id IN (:l1, :l2) GROUP BY activity_id ORDER BY 1 DESC;
+SELECT sum(balance) AS left, sum(packets) AS packets_left, sum(dealt_count) AS dealt_left
+  FROM redpacket.stripe WHERE activity_id IN (:l1, :l2);
+
 -- A user index on claim is maintained by the direct path.
 CREATE INDEX claim_by_amount ON redpacket.claim (amount);
 SET client_min_messages = debug1;

@@ -12,13 +12,15 @@
  *		  redpacket.stripe, guarded by its advisory lock).
  *		- spread, sticky: where a claim starts looking for a free stripe
  *		  (per backend), and the stripe a transaction keeps using.
- *		- fast path: a fixed amount under READ COMMITTED, checked, paid and
+ *		- fast path: a claim under READ COMMITTED, checked, paid and
  *		  recorded in one attempt on one stripe (fast.h); its backends are
  *		  the direct path (the executor's simple-relation interface,
- *		  direct.c), the SPI path (one prepared statement, fast.c) and the
- *		  shard path (the same on a Citus node's shard tables, scaleout.c).
- *		- careful path: everything else (lucky draws, any fast attempt that
- *		  wrote nothing, REPEATABLE READ and SERIALIZABLE): read the
+ *		  direct.c: fixed amounts and lucky draws), the SPI path (one
+ *		  prepared statement, fast.c) and the shard path (the same on a
+ *		  Citus node's shard tables, scaleout.c), both for fixed amounts.
+ *		- careful path: everything else (lucky draws the direct path cannot
+ *		  take, a stripe with nothing dealt, any fast attempt that wrote
+ *		  nothing, REPEATABLE READ and SERIALIZABLE): read the
  *		  activity and the user's claim, answer the statuses in order, then
  *		  take the money with the allocator (stripe.c, alloc.c).
  *		- statement: a prepared SPI statement (RpPlan, base.c); allocation:
@@ -137,8 +139,9 @@ RpStatusDatum(Oid enumtype, RpStatus status)
 }
 
 /*
- * The fast path: a fixed amount on an activity that runs, under READ
- * COMMITTED, read from the backend's metadata cache.  One attempt on the
+ * The fast path: a fixed amount, or a lucky draw on an activity with
+ * packets, on an activity that runs, under READ COMMITTED, read from the
+ * backend's metadata cache.  One attempt on the
  * first stripe that can be locked decides; if it writes nothing the
  * careful path answers.  Returns RP_TAKE_OK (claimed), RP_TAKE_WAIT (every
  * stripe was busy: *wait_stripe) or RP_TAKE_DIVERT.
@@ -151,8 +154,8 @@ ClaimFast(int64 activity, RpClaimRequest *req, RpOutcome *out, int *wait_stripe)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int			start;
 
-	if (req->amount == NULL || IsolationUsesXactSnapshot() ||
-		!RpActivityMeta(activity, &act) ||
+	if (IsolationUsesXactSnapshot() || !RpActivityMeta(activity, &act) ||
+		(req->amount == NULL && act.packets == 0) ||
 		!(act.per_user_limit == 1 || req->request_id != NULL) ||
 		!RpActivityRunning(&act, now))
 		return RP_TAKE_DIVERT;
@@ -178,7 +181,7 @@ ClaimFast(int64 activity, RpClaimRequest *req, RpOutcome *out, int *wait_stripe)
 		RpRememberStripe(&act, s);
 		out->status = RP_CLAIMED;
 		out->scale = act.scale;
-		out->units = req->units;
+		out->units = fc.units;
 		out->claim_id = fc.claim_id;
 		out->claimed_at = fc.claimed_at;
 		return RP_TAKE_OK;

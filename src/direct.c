@@ -60,6 +60,8 @@
 
 #include "catalog.h"
 #include "fast.h"
+#include "rules.h"
+#include "stripe.h"
 
 bool		rp_direct_claims = true;
 
@@ -525,33 +527,74 @@ OptionalInt(TupleTableSlot *slot, AttrNumber att)
 		DatumGetInt32(d) : DatumGetInt64(d);
 }
 
-/*
- * Can the stripe row in slot pay units for one more packet?  Not halted, at
- * the revision the claim read the activity with, and enough undealt money
- * and an undealt packet (a fixed amount is never paid from what is dealt
- * to lucky draws).
- */
-static bool
-StripeCanPay(TupleTableSlot *slot, int64 units, int64 revision)
+/* The stripe row's dealt amounts, next first (none when NULL). */
+static Datum *
+DealtOf(TupleTableSlot *slot, int *n)
 {
 	bool		isnull;
 	Datum		d;
+	Datum	   *elems = NULL;
+
+	*n = 0;
+	if (dc->s[S_DEALT] == 0)
+		return NULL;
+	d = slot_getattr(slot, dc->s[S_DEALT], &isnull);
+	if (!isnull)
+		deconstruct_array(DatumGetArrayTypeP(d), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+						  &elems, NULL, n);
+	return elems;
+}
+
+/*
+ * What the stripe row in slot pays the claim, in minor units; 0 when it
+ * cannot (halted, at another revision than the claim read the activity
+ * with, or not enough).  A fixed amount (units > 0) needs that much undealt
+ * money and an undealt packet (never what is dealt to lucky draws).  A
+ * lucky draw (units 0) takes the next amount dealt to the stripe, or, on an
+ * activity that does not deal (deal false), draws the double mean of the
+ * stripe's balance and packets; a dealing activity's stripe with nothing
+ * dealt cannot pay here (the careful path deals).
+ */
+static int64
+StripePays(TupleTableSlot *slot, int64 units, int64 revision, bool deal)
+{
+	bool		isnull;
+	Datum		d;
+	int64		balance;
+	int32		packets;
 
 	d = slot_getattr(slot, dc->s[S_HALTED], &isnull);
 	if (isnull || DatumGetBool(d))
-		return false;
+		return 0;
 	if (OptionalInt(slot, dc->s[S_REVISION]) != revision)
-		return false;
+		return 0;
 	d = slot_getattr(slot, dc->s[S_BALANCE], &isnull);
-	if (isnull || DatumGetInt64(d) - OptionalInt(slot, dc->s[S_DEALT_UNITS]) < units)
-		return false;
+	if (isnull)
+		return 0;
+	balance = DatumGetInt64(d);
 	d = slot_getattr(slot, dc->s[S_PACKETS], &isnull);
-	return isnull || DatumGetInt32(d) - OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0;
+	packets = isnull ? -1 : DatumGetInt32(d);
+	if (units > 0)
+		return balance - OptionalInt(slot, dc->s[S_DEALT_UNITS]) >= units &&
+			(packets < 0 || packets - OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0) ? units : 0;
+	if (OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0)
+	{
+		int			n;
+		Datum	   *dealt = DealtOf(slot, &n);
+
+		return n > 0 ? DatumGetInt64(dealt[0]) : 0;
+	}
+	if (deal || packets <= 0 || balance <= 0)
+		return 0;
+	return RpDrawUnits(balance, packets);
 }
 
-/* The row of old with units, one packet and one more claim taken. */
+/*
+ * The row of old with units, one packet and one more claim taken; a lucky
+ * draw's dealt amount (dealt) leaves the stripe's dealt amounts too.
+ */
 static void
-StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
+StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units, bool dealt)
 {
 	int64		claims;
 
@@ -569,6 +612,21 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("bigint out of range")));
 	new->tts_values[dc->s[S_CLAIMS] - 1] = Int64GetDatum(claims);
+	if (dealt)
+	{
+		int			n;
+		Datum	   *rest = DealtOf(old, &n);
+
+		new->tts_isnull[dc->s[S_DEALT] - 1] = n <= 1;
+		if (n > 1)
+			new->tts_values[dc->s[S_DEALT] - 1] =
+				PointerGetDatum(construct_array(rest + 1, n - 1, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+		new->tts_values[dc->s[S_DEALT_UNITS] - 1] =
+			Int64GetDatum(DatumGetInt64(old->tts_values[dc->s[S_DEALT_UNITS] - 1]) - units);
+		new->tts_values[dc->s[S_DEALT_COUNT] - 1] =
+			Int32GetDatum(DatumGetInt32(old->tts_values[dc->s[S_DEALT_COUNT] - 1]) - 1);
+	}
 	ExecStoreVirtualTuple(new);
 }
 
@@ -581,8 +639,9 @@ StripeDebited(TupleTableSlot *old, TupleTableSlot *new, int64 units)
  */
 static bool
 DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int stripe,
-			int64 units)
+			int64 *units)
 {
+	bool		deal = RpActivityDeals(act);
 	Relation	rel = rri->ri_RelationDesc;
 	TupleTableSlot *old = table_slot_create(rel, &estate->es_tupleTable);
 	TupleTableSlot *new = table_slot_create(rel, &estate->es_tupleTable);
@@ -602,9 +661,11 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 		ItemPointerData tid = old->tts_tid;
 		bool		isnull;
 
-		if (!StripeCanPay(old, units, act->revision))
+		int64		pays = StripePays(old, *units, act->revision, deal);
+
+		if (pays == 0)
 			return false;
-		StripeDebited(old, new, units);
+		StripeDebited(old, new, pays, *units == 0 && OptionalInt(old, dc->s[S_DEALT_COUNT]) > 0);
 		if (RelationGetDescr(rel)->constr)
 			ExecConstraints(rri, new, estate);
 		r = table_tuple_update(rel, &tid, new, estate->es_output_cid,
@@ -642,6 +703,8 @@ DebitStripe(ResultRelInfo *rri, EState *estate, const RpActivity *act, int strip
 	if (RpUpdateNeedsIndexes(update_indexes) && rri->ri_NumIndices > 0)
 		list_free(RpExecInsertIndexTuples(rri, new, estate, true,
 										  RpUpdateOnlySummarizing(update_indexes)));
+	*units = DatumGetInt64(old->tts_values[dc->s[S_BALANCE] - 1]) -
+		DatumGetInt64(new->tts_values[dc->s[S_BALANCE] - 1]);
 	return true;
 }
 
@@ -723,8 +786,9 @@ DirectWrite(EState *estate, ResultRelInfo *claim, ResultRelInfo *stripe,
 	if (act->restricted && !UserEligible(estate, act->id, fc))
 		return RP_DIRECT_DIVERT;
 	CheckCmdReplicaIdentity(stripe->ri_RelationDesc, CMD_UPDATE);
-	if (!DebitStripe(stripe, estate, act, stripe_no, fc->units))
+	if (!DebitStripe(stripe, estate, act, stripe_no, &fc->units))
 		return RP_DIRECT_DIVERT;
+	fc->amount = RpUnitsToAmount(fc->units, act->scale);
 	InsertClaim(claim, estate, cslot, act->id, stripe_no, fc);
 	return RP_DIRECT_TOOK;
 }

@@ -110,7 +110,9 @@ TakeSpi(const RpActivity *act, int stripe, RpFastClaim *fc)
 
 /*
  * The backend: on a Citus cluster restricted activities take the careful
- * path (the shard statements know no eligibility list).  Otherwise the
+ * path (the shard statements know no eligibility list), and so do lucky
+ * draws where the direct backend does not apply (the statements take a
+ * fixed amount).  Otherwise the
  * direct backend, on this node's tables or the activity's shards; when it
  * does not apply, the shard statements on Citus, else the SPI statement.
  */
@@ -121,6 +123,8 @@ RpFastTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 
 	if (distributed && act->restricted)
 		return false;
+	if (fc->units == 0)			/* a lucky draw: only the direct backend draws */
+		return RpDirectTake(act, stripe, fc) == RP_DIRECT_TOOK;
 	switch (RpDirectTake(act, stripe, fc))
 	{
 		case RP_DIRECT_TOOK:

@@ -1,11 +1,11 @@
 /*
  * fast.h
- *		The fast path: a fixed-amount claim under READ COMMITTED checked,
- *		paid and recorded in one attempt on one stripe, by one of three
- *		backends chosen in one place (fast.c): the executor-direct one on a
- *		single node (direct.c), one prepared SQL statement (fast.c, the SPI
- *		path), or the same statements on a Citus node's shard tables
- *		(scaleout.c).
+ *		The fast path: a claim under READ COMMITTED checked, paid and
+ *		recorded in one attempt on one stripe, by one of three backends
+ *		chosen in one place (fast.c): the executor-direct one on a single
+ *		node (direct.c, fixed amounts and lucky draws), one prepared SQL
+ *		statement (fast.c, the SPI path), or the same statements on a Citus
+ *		node's shard tables (scaleout.c), these two for fixed amounts.
  */
 #ifndef RP_FAST_H
 #define RP_FAST_H

@@ -82,3 +82,9 @@ RpHaltedStatus(int64 activity)
 	(void) RpFetchActivity(activity, &now, false);
 	return now.closed && !now.frozen ? RP_ENDED : RP_FROZEN;
 }
+
+bool
+RpActivityDeals(const RpActivity *act)
+{
+	return act->stripes > 1 && RpCatalogVersion() >= RP_CATALOG_1_4;
+}

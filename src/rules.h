@@ -64,6 +64,13 @@ extern int	RpStatusBeforeMoney(const RpActivity *act, const RpClaimFacts *facts,
 extern bool RpActivityRunning(const RpActivity *act, TimestampTz now);
 
 /*
+ * Are the activity's lucky draws dealt to its stripes from one pool
+ * (alloc.c)?  With more than one stripe on a 1.4 catalog; otherwise a lucky
+ * draw is the double mean of its stripe's balance and packets.
+ */
+extern bool RpActivityDeals(const RpActivity *act);
+
+/*
  * A stripe held was halted (a freeze or close committed after the activity
  * was read, or a halted flag set behind the extension's back): the status
  * to answer, frozen or ended, from the activity as it is now.  A halted
