@@ -53,7 +53,8 @@
  *		the first draw (and one after a fixed claim or a reversal spread
  *		undealt money) gathers: a deal holds the pool and the stripes it deals
  *		to, and waits at most for the pool (stripe.c).  Claims made one
- *		after the other take the amounts in the order they were drawn:
+ *		after the other in one transaction take the amounts in the order
+ *		they were drawn (concurrent claims on other stripes need not):
  *		blocks are dealt in spread order, claims go on in spread order, and
  *		a deal comes only when nothing dealt is left to them.
  *
