@@ -64,7 +64,10 @@
  *		undealt money or packets to a stripe other than the pool is made
  *		holding every stripe, the pool among them (a gather, a reversal, a
  *		live change, a repair), or by the creating transaction; so none can
- *		be under way while the caller holds the pool.  Were a future writer
+ *		be under way while the caller holds the pool, and one that committed
+ *		before is seen by the caller's read (a snapshot taken after it locked
+ *		the pool: READ COMMITTED only; under REPEATABLE READ the caller does
+ *		not vouch, stripe.c).  Were a future writer
  *		to break that, the draw would be the method over part of the
  *		undealt money: within its bounds, never more than the stripes hold.
  */

@@ -28,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "miscadmin.h"
@@ -411,12 +412,14 @@ PoolCanDeal(const RpStripeSet *set)
  * Read the stripes held before a decision; with pool, every stripe: the
  * caller holds the pool (stripe 0), so nobody can be adding undealt money or
  * packets to the others (alloc.c), and what they show says whether the pool
- * holds all of it.
+ * holds all of it.  Not under REPEATABLE READ or SERIALIZABLE: the
+ * transaction's snapshot may predate a change that committed before the
+ * pool was locked (only the stripes it writes would tell, with 40001).
  */
 static void
 ReadHeld(RpStripeSet *set, bool pool)
 {
-	bool		clear = true;
+	bool		clear = !IsolationUsesXactSnapshot();
 
 	RpStripeSetRead(set, pool);
 	if (!pool)
