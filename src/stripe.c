@@ -230,7 +230,7 @@ RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes)
 	values[1] = Int64GetDatum(units);
 	values[2] = Int64GetDatum(packets);
 	values[3] = Int32GetDatum(stripes);
-	if (RpExec(&insert_even, values, nulls, false, 0) != SPI_OK_INSERT)
+	if (RpExecOn(&insert_even, RpDistributed(), values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert stripes");
 }
 
