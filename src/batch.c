@@ -357,7 +357,9 @@ MayPay(const RpActivity *act, const BatchElem *e, int n)
 
 /*
  * Lock as few stripes as cover the batch: guess from every stripe read
- * without locks, try-lock in spread order until the guess covers it.
+ * without locks, try-lock in spread order until the guess covers it (a
+ * dealing activity's lucky draws count dealt amounts only: the pool's
+ * undealt money pays none of them without every stripe).
  * Returns false, holding none, when every stripe that could pay was busy
  * (*wait_stripe: the first in spread order, so that waiters fan out).
  */
@@ -370,29 +372,35 @@ LockSome(const RpActivity *act, RpStripeSet *set, const BatchElem *e, int n, int
 	int64		have_units = 0;
 	int64		have_packets = 0;
 	int			first = -1;
+	bool		lucky = false;
 
 	for (int i = 0; i < n; i++)
 		if (!e[i].existing)
 		{
 			want_units += e[i].req.units > 0 ? e[i].req.units : 1;
 			want_packets++;
+			lucky |= e[i].req.units == 0;
 		}
+	/* lucky draws of a dealing activity are paid from dealt amounts only */
+	lucky &= set->deal;
 	RpStripeSetRead(set, true);
 	for (int i = 0; i < set->n; i++)
 	{
 		int			s = (start + i) % set->n;
 		const RpStripeState *st = &set->read[s];
+		int64		units = lucky ? set->dealt_units[s] : st->balance;
+		int64		packets = lucky ? set->dealt_count[s] : st->packets;
 
 		if (have_units >= want_units && (act->packets == 0 || have_packets >= want_packets))
 			break;
-		if (st->balance <= 0 || (act->packets != 0 && st->packets <= 0))
+		if (units <= 0 || (act->packets != 0 && packets <= 0))
 			continue;
 		if (first < 0)
 			first = s;
 		if (!RpStripeSetTryLock(set, s))
 			continue;
-		have_units += st->balance;
-		have_packets += st->packets;
+		have_units += units;
+		have_packets += packets;
 	}
 	if (have_units == 0 && first >= 0)
 	{

@@ -742,22 +742,17 @@ DecideHeld(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
  * A lucky draw that found nothing dealt on the stripes it holds: hold the
  * pool too, and every free stripe, and decide again, so that the pool may
  * deal a block to each with nothing dealt (alloc.c, rule 2).  The other
- * stripes are only try-locked; when the pool is busy the claim waits for it
- * (RP_TAKE_WAIT, holding nothing: whoever holds it is likely dealing, and a
- * wait costs less than reading every stripe).  RP_TAKE_DIVERT when the pool
- * cannot deal.
+ * stripes are only try-locked.  RP_TAKE_DIVERT when the pool is busy
+ * (whoever holds it is likely dealing: the claim then looks for the blocks,
+ * and waits for the pool only when no stripe has any) or cannot deal.
  */
 static RpTakeResult
-DealFromPool(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int *wait)
+DealFromPool(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
 {
 	if (units != 0 || !set->deal)
 		return RP_TAKE_DIVERT;
 	if (!RpStripeSetTryLock(set, 0))
-	{
-		RpStripeSetRelease(set);
-		*wait = 0;
-		return RP_TAKE_WAIT;
-	}
+		return RP_TAKE_DIVERT;	/* another claim is dealing: look for its blocks */
 	LockFree(set);
 	(void) DealHeld(set, start);
 	return Decide(set, units, start, stripe, amount);
@@ -767,7 +762,7 @@ DealFromPool(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amoun
  * Probe from the spread: try-lock a stripe, decide with it alone, give it
  * back if it cannot pay alone; a lucky draw that found none then tries the
  * pool.  RP_TAKE_DIVERT when the probes did not decide; RP_TAKE_WAIT when no
- * stripe could be locked, or the pool is busy.
+ * stripe could be locked.
  */
 static RpTakeResult
 Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int *wait)
@@ -792,7 +787,7 @@ Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int 
 		*wait = start;
 		return RP_TAKE_WAIT;
 	}
-	return DealFromPool(set, units, start, stripe, amount, wait);
+	return DealFromPool(set, units, start, stripe, amount);
 }
 
 RpTakeResult
@@ -856,7 +851,7 @@ RpTakeCareful(const RpActivity *act, int64 units, bool all_held, int *stripe, in
 			continue;
 		}
 		if (s == 0 && set.dealt_count[0] == 0)
-			r = DealFromPool(&set, units, start, stripe, amount, wait);
+			r = DealFromPool(&set, units, start, stripe, amount);
 		else
 			r = DecideHeld(&set, units, s, stripe, amount);
 		if (r != RP_TAKE_DIVERT)
