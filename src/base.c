@@ -26,7 +26,7 @@
  * ids that alias only share a lock, which can make them wait for each other
  * but never breaks mutual exclusion.
  */
-static void
+void
 RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub)
 {
 	uint64		a = (uint64) activity;
@@ -66,6 +66,22 @@ RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	LockRelease(&tag, mode, false);
 	CurrentResourceOwner = owner;
+}
+
+/*
+ * How many other transactions hold the lock, in any mode: for the markers
+ * (RP_LOCK_WAITING, RP_LOCK_WALKER), which are only ever taken in modes that
+ * conflict with none of theirs.
+ */
+int
+RpLockHolders(RpLockKind kind, int64 activity, uint32 sub)
+{
+	LOCKTAG		tag;
+	int			n = 0;
+
+	RpLockTag(&tag, kind, activity, sub);
+	(void) GetLockConflicts(&tag, AccessExclusiveLock, &n);
+	return n;
 }
 
 bool

@@ -555,58 +555,6 @@ BatchAttempt(int64 activity, BatchElem *e, int n, bool all_held, int *wait_strip
  */
 #define RP_BATCH_USER_LOCKS 128
 
-typedef struct BatchLocks
-{
-	int64		activity;
-	uint32	   *buckets;		/* distinct, ascending */
-	int			nbuckets;
-	uint32	   *users;			/* distinct user hashes, ascending; NULL: exclusive buckets */
-	int			nusers;
-} BatchLocks;
-
-static LOCKMODE
-BucketMode(const BatchLocks *bl)
-{
-	return bl->users ? RowExclusiveLock : ExclusiveLock;
-}
-
-/*
- * Wait for every user lock in order: buckets in bucket order, then users in
- * hash order (rule 2 in locks.c).  They are kept to the end of the
- * transaction: a batch never gives them back, unless a wait is refused for
- * busy, when it gives back every one it took here and returns false.
- */
-static bool
-LockUsers(const BatchLocks *bl)
-{
-	int			b = 0;
-	int			u = 0;
-
-	for (; b < bl->nbuckets; b++)
-		if (!RpWaitLock(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl)))
-			break;
-	if (b == bl->nbuckets)
-		for (; u < bl->nusers; u++)
-			if (!RpWaitLock(RP_LOCK_USER, bl->activity, bl->users[u], ExclusiveLock))
-				break;
-	if (b == bl->nbuckets && u == bl->nusers)
-		return true;
-	while (--u >= 0)
-		RpUnlock(RP_LOCK_USER, bl->activity, bl->users[u]);
-	while (--b >= 0)
-		RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl));
-	return false;
-}
-
-static void
-UnlockUsers(const BatchLocks *bl)
-{
-	for (int u = 0; u < bl->nusers; u++)
-		RpUnlock(RP_LOCK_USER, bl->activity, bl->users[u]);
-	for (int b = 0; b < bl->nbuckets; b++)
-		RpUnlockMode(RP_LOCK_BUCKET, bl->activity, bl->buckets[b], BucketMode(bl));
-}
-
 static int
 CompareUint32(const void *a, const void *b)
 {
@@ -618,7 +566,7 @@ CompareUint32(const void *a, const void *b)
 
 /* The distinct buckets (and, for a small batch, users) of the batch. */
 static void
-FindUserLocks(BatchLocks *bl, const BatchElem *e, int n)
+FindUserLocks(RpUserLocks *bl, const BatchElem *e, int n)
 {
 	bool		used[RP_USER_BUCKETS] = {false};
 	uint32	   *hashes = palloc(sizeof(uint32) * Max(n, 1));
@@ -665,20 +613,22 @@ BatchBusy(const RpActivity *act, BatchElem *e, int n)
  * back).  The first try-locks the stripes it needs.  If every stripe that
  * could pay is busy, wait for one (holding the user locks but no stripe)
  * and try again with it.  If every stripe is needed and one is busy (or the
- * second attempt fails too), let go of the stripes and wait for every
- * stripe in stripe order, still holding the user locks; the last attempt
- * then cannot fail.  A wait refused for busy gives back what the call took
- * and answers busy.
+ * second attempt fails too), let go of the stripes and the user locks and
+ * walk: the user locks in order again, then every stripe in stripe order
+ * (restartable, rule 5 in locks.c); the claims of its users are read again
+ * and the last attempt then cannot fail.  A wait refused for busy gives
+ * back what the call took and answers busy.
  */
 static void
 ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 {
 	int64		activity = meta->id;
-	BatchLocks	bl;
+	RpUserLocks	bl;
 	int			gate;
 	int			wait_stripe;
 	int			kept = -1;		/* stripe waited for, held for the next attempt */
 	bool		all_held = false;
+	bool		users_held = true;
 	bool		wrote = false;
 	RpActivity	act;
 	RpTakeResult took;
@@ -690,7 +640,7 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 	FindRoots(e, n, false);
 
 	gate = RpBatchGateEnter(meta);	/* rule 0: one lock while waiting its turn */
-	if (gate == RP_GATE_BUSY || !LockUsers(&bl))
+	if (gate == RP_GATE_BUSY || !RpLockUsers(&bl))
 	{
 		RpBatchGateLeave(activity, gate);
 		BatchBusy(meta, e, n);
@@ -716,8 +666,12 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 		}
 		else
 		{
-			if (!RpWaitAllStripesOrBusy(&act))
+			/* a walk gives back all it took (rule 5): the users too */
+			RpUnlockUsers(&bl);
+			users_held = RpWaitUsersAndAllStripes(&act, &bl);
+			if (!users_held)
 				break;
+			ReadHeld(&act, e, n);	/* the users' claims may have changed */
 			RpStatsCount(activity, RP_STAT_GATHER);
 			kept = -1;
 			all_held = true;
@@ -725,7 +679,8 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 	}
 	if (took != RP_TAKE_OK)
 	{
-		UnlockUsers(&bl);
+		if (users_held)
+			RpUnlockUsers(&bl);
 		RpBatchGateLeave(activity, gate);
 		BatchBusy(&act, e, n);
 		return;

@@ -31,13 +31,13 @@
  *		   lock only if free (else gives back again).
  *		2. A batch waits for its buckets in bucket order, then for its users
  *		   in hash order, holding only lower ones of its own (its gate slot
- *		   and buckets), and keeps them to the end: it never gives them
- *		   back.  Holding them (and no
+ *		   and buckets), and keeps them to the end.  Holding them (and no
  *		   stripe) it may wait for one busy stripe; with that one and what it
  *		   can try-lock it decides, or, when every stripe is needed and one is
- *		   busy, it gives back its stripes (not its user locks) and waits for
- *		   every stripe in stripe order.  So at most two waits for stripes a
- *		   call, each for a stripe above every stripe it holds.
+ *		   busy, it gives back its stripes and its user locks and walks: its
+ *		   user locks in order again, then every stripe in stripe order (a
+ *		   walk of rule 5).  So at most two waits for stripes a call, each
+ *		   for a stripe above every stripe it holds.
  *		3. A single claim that needs every stripe and holds nothing from
  *		   earlier claims on the activity in its transaction (a gatherer)
  *		   gives everything back, waits for the activity's gather lock, then
@@ -59,7 +59,13 @@
  *		   deadlock_timeout, where a wait of 4 looks after three times that),
  *		   and end after twice deadlock_timeout in any case; then the
  *		   subtransaction is rolled back, which gives back all the call
- *		   took, and the call starts over.
+ *		   took, and the call starts over.  While such a wait waits for a
+ *		   stripe it holds the stripe's walker marker.
+ *		6. A wait of 4 runs in a subtransaction too.  When PostgreSQL finds
+ *		   it in a cycle and a walk that holds a walker marker on a stripe
+ *		   the transaction holds is part of it (read off the lock table), it
+ *		   gives way for that once (the rollback gives back only the lock it
+ *		   waited for) and waits again, at most RP_MAX_YIELDS times.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
@@ -70,12 +76,18 @@
  *		therefore needs a transaction of rule 4.  If it also holds a
  *		restartable wait of 5, that call gives way, and the transactions of
  *		rule 4 go on: a transaction that already claimed never loses to a
- *		gatherer, a close or a reconciliation, however many of them come.  A
- *		batch gives back its stripes but keeps its user locks when it gives
- *		way, so a cycle through a user lock a batch holds (the same user
- *		claimed in the batch and by the transaction of rule 4) and a cycle of
- *		transactions of rule 4 alone end with PostgreSQL failing one of them
- *		with 40P01, after three times deadlock_timeout: the caller retries.
+ *		gatherer, a close or a reconciliation, however many of them come.
+ *		Who looks first does not decide it: a walk may reach the stripe of
+ *		a transaction of rule 4 long after that transaction began to wait
+ *		(its earlier waits, each shorter than 2d, add up), so the holder's
+ *		look at 3d can come before the walk's at d; by rule 6 the holder
+ *		then waits again, and the walk, whose wait began before the
+ *		holder's second one, gives way before the holder looks again.  A
+ *		batch waiting for one stripe keeps its user locks, so a cycle through
+ *		a user lock it holds (the same user claimed in the batch and by the
+ *		transaction of rule 4) and a cycle of transactions of rule 4 alone
+ *		end with PostgreSQL failing one of them with 40P01, after three times
+ *		deadlock_timeout: the caller retries.
  *		Every other wait holds nothing of its activity and waits ten times
  *		deadlock_timeout before it looks for a cycle, so it is never the
  *		victim: PostgreSQL's detector may fail any waiter whose check finds
@@ -84,7 +96,13 @@
  *		the transaction of rule 4 was always the victim: under a stream of
  *		gatherers a caller's two-claim transaction lost ten times in a row.
  *		An earlier version refused a rule 4 wait up front while a gatherer
- *		was about; that failed about 4% of the two-claim transactions.  A
+ *		was about; that failed about 4% of the two-claim transactions.
+ *		Before rule 6, a walk that reached a holder's stripe more than 2d
+ *		after the holder began to wait found the holder looking first, and
+ *		the holder lost (one stress run in a few: five times in a row); and
+ *		a gathering batch kept its user locks when it started over, so a
+ *		holder waiting for one of them could not be served by its giving
+ *		way.  A
  *		batch once gave back its user locks before every stripe wait and took
  *		them again after it: under 256 concurrent batches that was a loop of
  *		hundreds of lock manager calls per wait.  Without the gate, 256
@@ -103,6 +121,8 @@
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
@@ -195,27 +215,24 @@ RpBusyScope(bool on)
 static bool
 TooManyWaiting(int64 activity)
 {
-	LOCKTAG		tag;
-	uint64		a = (uint64) activity;
-	int			waiting = 0;
-
 	if (!busy_scope || rp_max_waiting <= 0)
 		return false;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (a ^ (a >> 32)), 0,
-						 (uint16) RP_LOCK_WAITING);
-	(void) GetLockConflicts(&tag, AccessExclusiveLock, &waiting);
-	return waiting >= rp_max_waiting;
+	return RpLockHolders(RP_LOCK_WAITING, activity, 0) >= rp_max_waiting;
 }
+
+static int	restartable = 0;	/* inside a restartable acquisition */
+static void HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
 /*
  * Wait for a lock of the activity (every wait of the claim paths comes
- * through here; see rule 4 above).  Returns false, having waited for
+ * through here; see rules 4 to 6 above).  Returns false, having waited for
  * nothing and taken nothing, when the call must answer busy.
  */
 bool
 RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
 	bool		marked;
+	bool		walker = restartable > 0 && kind == RP_LOCK_STRIPE;
 
 	if (RpLockMode(kind, activity, sub, mode, false))
 		return true;			/* free: no wait, no setting to change */
@@ -224,9 +241,18 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	marked = busy_scope;
 	if (marked)
 		(void) RpLockMode(RP_LOCK_WAITING, activity, 0, RowShareLock, true);
-	RpPatientBegin(activity);
-	(void) RpLockMode(kind, activity, sub, mode, true);
-	RpPatientEnd();
+	if (walker)
+		(void) RpLockMode(RP_LOCK_WALKER, activity, sub, RowShareLock, true);
+	if (restartable == 0 && RpHeldAny())
+		HolderWait(kind, activity, sub, mode);
+	else
+	{
+		RpPatientBegin(activity);
+		(void) RpLockMode(kind, activity, sub, mode, true);
+		RpPatientEnd();
+	}
+	if (walker)
+		RpUnlockMode(RP_LOCK_WALKER, activity, sub, RowShareLock);
 	if (marked)
 		RpUnlockMode(RP_LOCK_WAITING, activity, 0, RowShareLock);
 	return true;
@@ -250,9 +276,7 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
  */
 #define RP_MAX_RESTARTS 10
 
-typedef bool (*RpLockStep) (const RpActivity *act, uint32 arg);
-
-static int	restartable = 0;	/* inside a restartable acquisition */
+typedef bool (*RpLockStep) (const RpActivity *act, const void *arg);
 
 typedef enum RpStepResult
 {
@@ -261,46 +285,56 @@ typedef enum RpStepResult
 	RP_STEP_RESTART
 } RpStepResult;
 
+/*
+ * A call run in a subtransaction of its own (rules 5 and 6): run(call) says
+ * whether it took what it waited for, and the subtransaction's commit hands
+ * that to the transaction; when it throws, the rollback gives back all it
+ * took, and gave_way(call, sqlerrcode) says whether the call answers that
+ * error by trying again (RP_STEP_RESTART) rather than failing with it.
+ */
+typedef struct RpSubCall RpSubCall;
+struct RpSubCall
+{
+	bool		(*run) (RpSubCall *call);
+	bool		(*gave_way) (RpSubCall *call, int sqlerrcode);
+	/* a restartable walk: the step, and whether its waits end after 2d */
+	RpLockStep	step;
+	const RpActivity *act;
+	const void *arg;
+	bool		timed;
+	bool		in_cycle;		/* it gave way to a cycle PostgreSQL found */
+	/* a holder's wait: the lock */
+	RpLockKind	kind;
+	int64		activity;
+	uint32		sub;
+	LOCKMODE	mode;
+};
+
 static RpStepResult
-StepInSubTransaction(RpLockStep step, const RpActivity *act, uint32 arg)
+InSubTransaction(RpSubCall *call)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	int			give_way = Min(DeadlockTimeout, PG_INT32_MAX / 2) * 2;
-	bool		timed = LockTimeout == 0 || LockTimeout > give_way;
-	volatile int level = 0;
 	volatile RpStepResult result = RP_STEP_BUSY;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
-	if (timed)
-	{
-		level = NewGUCNestLevel();
-		(void) set_config_option("lock_timeout", psprintf("%d", give_way),
-								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	}
-	restartable++;
 	PG_TRY();
 	{
-		result = step(act, arg) ? RP_STEP_TOOK : RP_STEP_BUSY;
-		restartable--;
-		if (timed)
-			AtEOXact_GUC(true, level);
+		result = call->run(call) ? RP_STEP_TOOK : RP_STEP_BUSY;
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
 
-		restartable--;
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED &&
-			!(timed && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE))
+		if (!call->gave_way(call, edata->sqlerrcode))
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		result = RP_STEP_RESTART;
@@ -312,26 +346,83 @@ StepInSubTransaction(RpLockStep step, const RpActivity *act, uint32 arg)
 }
 
 static bool
-Restartable(RpLockStep step, const RpActivity *act, uint32 arg)
+WalkRun(RpSubCall *call)
 {
+	int			give_way = Min(DeadlockTimeout, PG_INT32_MAX / 2) * 2;
+	int			level = 0;
+	bool		took;
+
+	if (call->timed)
+	{
+		level = NewGUCNestLevel();
+		(void) set_config_option("lock_timeout", psprintf("%d", give_way),
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	}
+	restartable++;
+	took = call->step(call->act, call->arg);
+	restartable--;
+	if (call->timed)
+		AtEOXact_GUC(true, level);
+	return took;
+}
+
+static bool
+WalkGaveWay(RpSubCall *call, int sqlerrcode)
+{
+	restartable--;				/* the rollback undid the lock_timeout */
+	call->in_cycle = sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
+	return call->in_cycle ||
+		(call->timed && sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE);
+}
+
+/*
+ * A walk that gave way to a cycle lets the others of the cycle take what it
+ * gave back before it starts over: a holder that had given way itself for
+ * a moment (rule 6) may not be queued for it yet, and would find the walk
+ * holding it again.  A tenth of deadlock_timeout (at most 100 ms).
+ */
+static void
+AfterGivingWay(void)
+{
+	long		ms = Min(Max(DeadlockTimeout / 10, 1), 100);
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+					 PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+static bool
+Restartable(RpLockStep step, const RpActivity *act, const void *arg)
+{
+	RpSubCall	call = {0};
+
 	if (RpHeldAny())
 		return step(act, arg);	/* what it holds would stay: rule 4 */
+	call.run = WalkRun;
+	call.gave_way = WalkGaveWay;
+	call.step = step;
+	call.act = act;
+	call.arg = arg;
+	call.timed = LockTimeout == 0 || LockTimeout > Min(DeadlockTimeout, PG_INT32_MAX / 2) * 2;
 	for (int starts = 0; starts < RP_MAX_RESTARTS; starts++)
 	{
-		RpStepResult r = StepInSubTransaction(step, act, arg);
+		RpStepResult r = InSubTransaction(&call);
 
 		if (r != RP_STEP_RESTART)
 			return r == RP_STEP_TOOK;
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " was part of a deadlock or lasted too long; gave everything back and starts over",
 								 act->id)));
+		if (call.in_cycle)
+			AfterGivingWay();
 	}
 	return step(act, arg);
 }
 
 /* Every stripe in stripe order; false, holding none of them, for busy. */
 static bool
-AllStripesStep(const RpActivity *act, uint32 unused)
+AllStripesStep(const RpActivity *act, const void *unused)
 {
 	for (int s = 0; s < act->stripes; s++)
 		if (!RpWaitLock(RP_LOCK_STRIPE, act->id, (uint32) s, ExclusiveLock))
@@ -347,17 +438,78 @@ AllStripesStep(const RpActivity *act, uint32 unused)
 void
 RpWaitAllStripes(const RpActivity *act)
 {
-	(void) Restartable(AllStripesStep, act, 0);
+	(void) Restartable(AllStripesStep, act, NULL);
 }
 
 /*
- * Every stripe in stripe order, for a gathering batch: false, holding none
- * of them, when it must answer busy.
+ * A batch's user locks (rule 2): buckets in bucket order, in shared mode
+ * for a batch of few users (then each user in hash order, as single claims
+ * take theirs), exclusively for a larger one (users NULL: at most
+ * RP_USER_BUCKETS locks whatever its size).  Kept to the end of the
+ * transaction, except while a gathering batch starts over (rule 5).  False,
+ * having given back every one it took, when a wait is refused for busy.
+ */
+static LOCKMODE
+BucketMode(const RpUserLocks *ul)
+{
+	return ul->users ? RowExclusiveLock : ExclusiveLock;
+}
+
+bool
+RpLockUsers(const RpUserLocks *ul)
+{
+	int			b = 0;
+	int			u = 0;
+
+	for (; b < ul->nbuckets; b++)
+		if (!RpWaitLock(RP_LOCK_BUCKET, ul->activity, ul->buckets[b], BucketMode(ul)))
+			break;
+	if (b == ul->nbuckets)
+		for (; u < ul->nusers; u++)
+			if (!RpWaitLock(RP_LOCK_USER, ul->activity, ul->users[u], ExclusiveLock))
+				break;
+	if (b == ul->nbuckets && u == ul->nusers)
+		return true;
+	while (--u >= 0)
+		RpUnlock(RP_LOCK_USER, ul->activity, ul->users[u]);
+	while (--b >= 0)
+		RpUnlockMode(RP_LOCK_BUCKET, ul->activity, ul->buckets[b], BucketMode(ul));
+	return false;
+}
+
+void
+RpUnlockUsers(const RpUserLocks *ul)
+{
+	for (int u = 0; u < ul->nusers; u++)
+		RpUnlock(RP_LOCK_USER, ul->activity, ul->users[u]);
+	for (int b = 0; b < ul->nbuckets; b++)
+		RpUnlockMode(RP_LOCK_BUCKET, ul->activity, ul->buckets[b], BucketMode(ul));
+}
+
+/* A gathering batch's walk: its user locks in order, then every stripe. */
+static bool
+UsersAndStripesStep(const RpActivity *act, const void *arg)
+{
+	const RpUserLocks *ul = arg;
+
+	if (!RpLockUsers(ul))
+		return false;
+	if (AllStripesStep(act, NULL))
+		return true;
+	RpUnlockUsers(ul);
+	return false;
+}
+
+/*
+ * For a gathering batch, holding none of its user locks (it gave them
+ * back): take them again, then every stripe in stripe order, restartable
+ * like the gatherer's walk (rule 5), so that starting over gives back the
+ * user locks too.  False, holding none of them, when it must answer busy.
  */
 bool
-RpWaitAllStripesOrBusy(const RpActivity *act)
+RpWaitUsersAndAllStripes(const RpActivity *act, const RpUserLocks *ul)
 {
-	return Restartable(AllStripesStep, act, 0);
+	return Restartable(UsersAndStripesStep, act, ul);
 }
 
 /*
@@ -438,14 +590,165 @@ RpPatientEnd(void)
 }
 
 /*
+ * Rule 6: a wait of a transaction that keeps locks from earlier calls
+ * (rule 4) runs in a subtransaction.  When PostgreSQL finds it in a cycle
+ * that a restartable walk (rule 5) is part of, the walk gives way within
+ * 2d of the start of its wait: the holder gives way instead, for that once
+ * (the rollback gives back only the lock it waited for), and waits again.
+ * At most RP_MAX_YIELDS times, so that its waits (3d each) end before a
+ * wait that holds nothing looks for a cycle (10d): PostgreSQL's detector
+ * would fail that one, queued behind the holder.  Then, as for a cycle
+ * without such a walk (holders only, or a batch waiting for one stripe,
+ * holding its user locks), PostgreSQL's verdict stands.
+ */
+#define RP_MAX_YIELDS 2
+
+/* Is entry e a lock of ours of that kind, held (or, with wait, awaited)? */
+static bool
+IsOurs(const LockInstanceData *e, RpLockKind kind)
+{
+	return e->locktag.locktag_type == LOCKTAG_ADVISORY &&
+		e->locktag.locktag_field1 == MyDatabaseId &&
+		e->locktag.locktag_field4 == (uint16) kind && e->holdMask != 0;
+}
+
+/* The backends, in the lock table snapshot, that walk and wait for a stripe we hold. */
+static int
+WalkersOfMine(const LockData *data, int *walkers)
+{
+	int			n = 0;
+
+	for (int m = 0; m < data->nelements; m++)
+	{
+		const LockInstanceData *marker = &data->locks[m];
+
+		if (!IsOurs(marker, RP_LOCK_WALKER))
+			continue;
+		for (int i = 0; i < data->nelements; i++)
+		{
+			const LockInstanceData *mine = &data->locks[i];
+
+			if (mine->pid == MyProcPid && IsOurs(mine, RP_LOCK_STRIPE) &&
+				mine->locktag.locktag_field2 == marker->locktag.locktag_field2 &&
+				mine->locktag.locktag_field3 == marker->locktag.locktag_field3)
+			{
+				walkers[n++] = marker->pid;
+				break;
+			}
+		}
+	}
+	return n;
+}
+
+/* Add the holders of tag (but us and those already seen) to seen[]. */
+static int
+AddHolders(const LockData *data, const LOCKTAG *tag, int *seen, int nseen)
+{
+	for (int i = 0; i < data->nelements; i++)
+	{
+		const LockInstanceData *e = &data->locks[i];
+		bool		known = e->pid == MyProcPid;
+
+		if (e->holdMask == 0 || memcmp(&e->locktag, tag, sizeof(LOCKTAG)) != 0)
+			continue;
+		for (int k = 0; k < nseen && !known; k++)
+			known = seen[k] == e->pid;
+		if (!known)
+			seen[nseen++] = e->pid;
+	}
+	return nseen;
+}
+
+/*
+ * Is a restartable walk in the cycle PostgreSQL just found the wait for
+ * *waited in?  From a snapshot of the lock table: a walk waiting for a
+ * stripe we hold has an edge to us; it is in the cycle when it is reached
+ * from the holders of *waited by following, from each backend reached,
+ * the holders of the lock it waits for.  A walk merely queued behind us
+ * while we are in a cycle of holders (or with a batch waiting for one
+ * stripe, which keeps its user locks) is not reached: then giving way
+ * would only make the cycle last.
+ */
+static bool
+WalkerInCycle(const LOCKTAG *waited)
+{
+	LockData   *data = GetLockStatusData();
+	int		   *walkers = palloc(sizeof(int) * (data->nelements + 1));
+	int		   *seen = palloc(sizeof(int) * (data->nelements + 1));
+	int			nwalkers = WalkersOfMine(data, walkers);
+	int			nseen = nwalkers > 0 ? AddHolders(data, waited, seen, 0) : 0;
+	bool		found = false;
+
+	for (int k = 0; k < nseen && !found; k++)
+	{
+		for (int w = 0; w < nwalkers && !found; w++)
+			found = seen[k] == walkers[w];
+		for (int i = 0; i < data->nelements && !found; i++)
+			if (data->locks[i].pid == seen[k] && data->locks[i].waitLockMode != NoLock)
+				nseen = AddHolders(data, &data->locks[i].locktag, seen, nseen);
+	}
+	pfree(walkers);
+	pfree(seen);
+	pfree(data->locks);
+	pfree(data);
+	return found;
+}
+
+static bool
+HolderRun(RpSubCall *call)
+{
+	RpPatientBegin(call->activity);
+	(void) RpLockMode(call->kind, call->activity, call->sub, call->mode, true);
+	RpPatientEnd();
+	return true;
+}
+
+static bool
+HolderGaveWay(RpSubCall *call, int sqlerrcode)
+{
+	LOCKTAG		waited;
+
+	patient = false;			/* the rollback undid its deadlock_timeout */
+	if (sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
+		return false;
+	RpLockTag(&waited, call->kind, call->activity, call->sub);
+	return WalkerInCycle(&waited);
+}
+
+static void
+HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
+{
+	RpSubCall	call = {0};
+
+	call.run = HolderRun;
+	call.gave_way = HolderGaveWay;
+	call.kind = kind;
+	call.activity = activity;
+	call.sub = sub;
+	call.mode = mode;
+
+	for (int yields = 0; yields < RP_MAX_YIELDS; yields++)
+	{
+		if (InSubTransaction(&call) != RP_STEP_RESTART)
+			return;
+		ereport(DEBUG1,
+				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " closed a cycle with a restartable walk, which gives way; waits again",
+								 activity)));
+	}
+	(void) HolderRun(&call);
+}
+
+/*
  * Rule 3: holding nothing, become the gatherer: the gather lock, then the
  * claim's user lock, then every stripe in stripe order (restartable, rule
  * 5).  False, holding none of them, when the claim must answer busy
  * instead.
  */
 static bool
-GatherStep(const RpActivity *act, uint32 user_hash)
+GatherStep(const RpActivity *act, const void *arg)
 {
+	uint32		user_hash = *(const uint32 *) arg;
+
 	if (!RpWaitLock(RP_LOCK_GATHER, act->id, 0, ExclusiveLock))
 		return false;
 	if (RpLockUser(act->id, user_hash, true))
@@ -461,7 +764,7 @@ GatherStep(const RpActivity *act, uint32 user_hash)
 bool
 RpGatherBegin(const RpActivity *act, uint32 user_hash)
 {
-	return Restartable(GatherStep, act, user_hash);
+	return Restartable(GatherStep, act, &user_hash);
 }
 
 /*

@@ -21,7 +21,19 @@ extern bool RpBusyScope(bool on);
 extern bool RpLockUser(int64 activity, uint32 user_hash, bool wait);
 extern void RpUnlockUser(int64 activity, uint32 user_hash);
 extern bool RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
-extern bool RpWaitAllStripesOrBusy(const RpActivity *act);
+
+/* A batch's user locks (rule 2 in locks.c). */
+typedef struct RpUserLocks
+{
+	int64		activity;
+	uint32	   *buckets;		/* distinct, ascending */
+	int			nbuckets;
+	uint32	   *users;			/* distinct user hashes, ascending; NULL: exclusive buckets */
+	int			nusers;
+} RpUserLocks;
+extern bool RpLockUsers(const RpUserLocks *ul);
+extern void RpUnlockUsers(const RpUserLocks *ul);
+extern bool RpWaitUsersAndAllStripes(const RpActivity *act, const RpUserLocks *ul);
 extern bool RpGatherBegin(const RpActivity *act, uint32 user_hash);
 extern void RpGatherEnd(const RpActivity *act);
 extern void RpPatientBegin(int64 activity);

@@ -47,7 +47,9 @@ typedef enum RpLockKind
 	RP_LOCK_BUCKET = 0x5204,	/* a bucket of an activity's users (batches) */
 	RP_LOCK_GATHER = 0x5205,	/* one claim or batch waits for every stripe */
 	RP_LOCK_GATE = 0x5206,		/* a batch's admission slot (locks.c) */
-	RP_LOCK_WAITING = 0x5207	/* held by a claim while it waits (locks.c) */
+	RP_LOCK_WAITING = 0x5207,	/* held by a claim while it waits (locks.c) */
+	RP_LOCK_WALKER = 0x5208		/* held by a restartable walk while it waits
+								 * for that stripe (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
@@ -55,6 +57,8 @@ extern void RpUnlock(RpLockKind kind, int64 activity, uint32 sub);
 extern bool RpLockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode,
 					   bool wait);
 extern void RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
+extern void RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub);
+extern int	RpLockHolders(RpLockKind kind, int64 activity, uint32 sub);
 
 /* money.c: numeric <-> integer minor units, no float anywhere */
 extern int64 RpAmountToUnits(Numeric amount, int scale, const char *what);
