@@ -1,5 +1,5 @@
-# The roles the README describes are the roles the extension makes: the
-# README's list of what rp_grant_app, rp_grant_operator and rp_grant_wallet
+# The roles the documentation describes are the roles the extension makes:
+# doc/security.md's list of what rp_grant_app, rp_grant_operator and rp_grant_wallet
 # grant is exactly the rows of redpacket.role_grant, and a role granted with
 # them holds exactly those privileges on redpacket's objects (and USAGE on
 # the schema), nothing more.
@@ -18,10 +18,10 @@ sql("CREATE ROLE app; CREATE ROLE ops; CREATE ROLE wallet_svc;
      SELECT redpacket.rp_grant_app('app'), redpacket.rp_grant_operator('ops'),
             redpacket.rp_grant_wallet('wallet_svc')");
 
-# The README's list: the sql block of Security that grants USAGE to app.
-my ($block) = RedpacketTest::repo_file('README.md')
+# The documented list: the sql block of doc/security.md that grants USAGE to app.
+my ($block) = RedpacketTest::repo_file('doc/security.md')
   =~ /```sql\n((?:(?!```).)*GRANT USAGE ON SCHEMA redpacket TO app;(?:(?!```).)*)```/s;
-ok($block, 'the README lists what the grant helpers grant');
+ok($block, 'doc/security.md lists what the grant helpers grant');
 my %kind = (app => 'app', ops => 'operator', wallet_svc => 'wallet');
 my @readme = sort map { /^GRANT (.+) TO (app|ops|wallet_svc);$/ ? ("$kind{$2} $1") : () }
   grep { !/^GRANT USAGE ON SCHEMA/ } split /\n/, $block // '';
@@ -30,7 +30,7 @@ is(scalar(@usage), 3, 'with USAGE on the schema for the three roles');
 is( join("\n", @readme),
 	sql(q{SELECT string_agg(role_kind || ' ' || privilege, E'\n' ORDER BY role_kind || ' ' || privilege)
 	        FROM redpacket.role_grant}),
-	'the README\'s list is exactly redpacket.role_grant');
+	'the documented list is exactly redpacket.role_grant');
 
 # What each role holds on redpacket's functions, tables, views and schema,
 # against what role_grant lists for its kind (and USAGE on the schema).
