@@ -48,8 +48,10 @@ typedef enum RpLockKind
 	RP_LOCK_GATHER = 0x5205,	/* one claim or batch waits for every stripe */
 	RP_LOCK_GATE = 0x5206,		/* a batch's admission slot (locks.c) */
 	RP_LOCK_WAITING = 0x5207,	/* held by a claim while it waits (locks.c) */
-	RP_LOCK_WALKER = 0x5208		/* held by a restartable walk while it waits
+	RP_LOCK_WALKER = 0x5208,	/* held by a restartable walk while it waits
 								 * for that stripe (locks.c) */
+	RP_LOCK_HOLDER = 0x5209		/* held by a transaction of rule 4 while it
+								 * waits on the activity (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);

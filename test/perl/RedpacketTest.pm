@@ -28,6 +28,18 @@
 #                                 publisher's columns and primary keys, and a
 #                                 subscription $name, synchronized
 #
+# Sessions and locks (background_psql sessions of one node):
+#   RedpacketTest::claim_on($s, $act, $user, $amount, $stripe)
+#                                 in session $s, inside an open transaction,
+#                                 claim $amount for $user until the claim
+#                                 lands on stripe $stripe (rolling back the
+#                                 others); false if it never did
+#   RedpacketTest::waits_for_stripe($node, $act, $stripe, $pattern)
+#                                 poll until a backend whose query is LIKE
+#                                 $pattern waits for that stripe's lock; the
+#                                 time it was seen (Time::HiRes), undef if
+#                                 it never was
+#
 # A Citus cluster on loopback (test/t/2xx_citus*.pl), for the PostgreSQL
 # under test with Citus installed (test/citus/build.sh); the test is skipped
 # without it:
@@ -53,6 +65,7 @@ use File::Spec;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 our @EXPORT_OK = qw(sql);
 
@@ -105,6 +118,36 @@ sub unbalanced
 	my ($node, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		books_view() . 'SELECT count(*) FILTER (WHERE NOT balanced) FROM rp_books');
+}
+
+sub claim_on
+{
+	my ($s, $act, $user, $amount, $want) = @_;
+	for my $try (1 .. 40)
+	{
+		$s->query_safe('BEGIN');
+		my $cid = $s->query_safe(
+			"SELECT claim_id FROM redpacket.rp_claim($act, '$user', $amount)");
+		my $stripe = $s->query_safe(
+			"SELECT stripe FROM redpacket.claim WHERE activity_id = $act AND claim_id = $cid");
+		return 1 if $stripe eq $want;
+		$s->query_safe('ROLLBACK');
+	}
+	return 0;
+}
+
+sub waits_for_stripe
+{
+	my ($node, $act, $stripe, $pattern) = @_;
+	for (1 .. 500)
+	{
+		return Time::HiRes::time() if $node->safe_psql('postgres', qq{
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
+ WHERE NOT l.granted AND l.locktype = 'advisory' AND l.objsubid = 20993
+   AND l.classid = $act AND l.objid = $stripe AND s.query LIKE '$pattern'}) > 0;
+		Time::HiRes::sleep(0.01);
+	}
+	return undef;
 }
 
 # The published tables as the publisher has them (columns in order, primary

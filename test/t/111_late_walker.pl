@@ -16,6 +16,14 @@
 # later: F takes stripes 1 and 2 (each wait shorter than the 2d that ends
 # a walk's wait) and waits for stripe 3, held by H, 2.5d after H began to
 # wait.  H looks at 3d, F at 4d.
+#
+# H must be served without giving way itself: a holder that gives way
+# leaves its place in the lock queue, and walks queued behind it meanwhile
+# (here two more freezes, G and K, which start while H waits) get ahead of
+# it; under a stream of walks its waits add up past the ten deadlock_timeouts
+# after which the claims queued behind it look for a cycle and fail.  So F,
+# reaching H's stripe while H waits, gives way at once, and G and K give way
+# instead of waiting while H waits.
 use strict;
 use warnings;
 
@@ -36,40 +44,6 @@ deadlock_timeout = ${\ ($d * 1000)}ms
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 
-# In session $s, inside an open transaction, claim $amount for $user until
-# the claim lands on $want (rolling back the others); false if it never did.
-sub claim_on
-{
-	my ($s, $act, $user, $amount, $want) = @_;
-	for my $try (1 .. 40)
-	{
-		$s->query_safe('BEGIN');
-		my $cid = $s->query_safe(
-			"SELECT claim_id FROM redpacket.rp_claim($act, '$user', $amount)");
-		my $stripe = $s->query_safe(
-			"SELECT stripe FROM redpacket.claim WHERE activity_id = $act AND claim_id = $cid");
-		return 1 if $stripe eq $want;
-		$s->query_safe('ROLLBACK');
-	}
-	return 0;
-}
-
-# Wait (polling tightly) until the backend running $pattern waits for
-# stripe $stripe of $act; returns the time it was seen.
-sub waits_for_stripe
-{
-	my ($act, $stripe, $pattern) = @_;
-	for (1 .. 500)
-	{
-		return time if $node->safe_psql('postgres', qq{
-SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
- WHERE NOT l.granted AND l.locktype = 'advisory' AND l.objsubid = 20993
-   AND l.classid = $act AND l.objid = $stripe AND s.query LIKE '$pattern'}) > 0;
-		sleep 0.01;
-	}
-	return undef;
-}
-
 sub sleep_until { my $t = shift() - time; sleep $t if $t > 0; }
 
 for my $path ('on', 'off')
@@ -82,29 +56,37 @@ for my $path ('on', 'off')
 	my $drain = $node->background_psql('postgres', on_error_stop => 0);
 	for my $stripe (1, 2)
 	{
-		ok(claim_on($drain, $act, "drain$stripe", 0.90, $stripe),
+		ok(RedpacketTest::claim_on($drain, $act, "drain$stripe", 0.90, $stripe),
 			"direct_claims $path: stripe $stripe drained");
 		$drain->query_safe('COMMIT');
 	}
 	$drain->quit;
 
 	my %s = map { $_ => $node->background_psql('postgres', on_error_stop => 0) } qw(h x y);
-	ok(claim_on($s{h}, $act, 'h1', 0.90, 3), "direct_claims $path: H holds stripe 3");
-	ok(claim_on($s{x}, $act, 'x1', 0.05, 1), "direct_claims $path: X holds stripe 1");
-	ok(claim_on($s{y}, $act, 'y1', 0.05, 2), "direct_claims $path: Y holds stripe 2");
+	ok(RedpacketTest::claim_on($s{h}, $act, 'h1', 0.90, 3), "direct_claims $path: H holds stripe 3");
+	ok(RedpacketTest::claim_on($s{x}, $act, 'x1', 0.05, 1), "direct_claims $path: X holds stripe 1");
+	ok(RedpacketTest::claim_on($s{y}, $act, 'y1', 0.05, 2), "direct_claims $path: Y holds stripe 2");
 
 	my $f = $node->background_psql('postgres', on_error_stop => 0);
 	$f->query_until(qr/started/, qq{\\echo started
 SELECT redpacket.rp_freeze($act, 'late walker');
 });
-	my $t0 = waits_for_stripe($act, 1, "%rp_freeze($act,%");
+	my $t0 = RedpacketTest::waits_for_stripe($node, $act, 1, "%rp_freeze($act,%");
 	ok(defined $t0, "direct_claims $path: the freeze holds stripe 0 and waits for stripe 1");
 	$t0 //= time;
 
+	$s{h}->query_safe('SET client_min_messages = debug1');
 	$s{h}->query_until(qr/started/, qq{\\echo started
 SELECT status FROM redpacket.rp_claim($act, 'h2', 0.50);
 });
-	ok(defined waits_for_stripe($act, 0, "%''h2''%"), "direct_claims $path: H waits for stripe 0");
+	ok(defined RedpacketTest::waits_for_stripe($node, $act, 0, "%''h2''%"), "direct_claims $path: H waits for stripe 0");
+	my %w = map { $_ => $node->background_psql('postgres', on_error_stop => 0) } qw(g k);
+	for my $name (sort keys %w)
+	{
+		$w{$name}->query_until(qr/started/, qq{\\echo started
+SELECT redpacket.rp_freeze($act, 'late walker');
+});
+	}
 	sleep_until($t0 + 1.5 * $d);
 	$s{x}->query_safe('COMMIT');
 	sleep_until($t0 + 3.0 * $d);
@@ -114,6 +96,8 @@ SELECT status FROM redpacket.rp_claim($act, 'h2', 0.50);
 	my $second = $s{h}->query('SELECT 1 AS answered');
 	like($second, qr/claimed/, "direct_claims $path: H's second claim, waited past the walk's arrival, is served");
 	unlike($s{h}->{stderr}, qr/deadlock/, "direct_claims $path: H was not a deadlock victim");
+	unlike($s{h}->{stderr}, qr/closed a cycle with a restartable walk/,
+		"direct_claims $path: H did not have to give way (the walks gave way first)");
 	$s{h}->query('COMMIT');
 	$_->quit for values %s;
 
@@ -121,7 +105,12 @@ SELECT status FROM redpacket.rp_claim($act, 'h2', 0.50);
 			'postgres',
 			"SELECT frozen_reason = 'late walker' FROM redpacket.activity WHERE id = $act"),
 		"direct_claims $path: the freeze is done once H commits");
-	$f->quit;
+	for my $walk ($f, values %w)
+	{
+		$walk->query('SELECT 1');
+		unlike($walk->{stderr}, qr/ERROR/, "direct_claims $path: every freeze ended without an error");
+		$walk->quit;
+	}
 	is( $node->safe_psql(
 			'postgres',
 			"SELECT string_agg(user_id || ':' || amount, ',' ORDER BY claim_id) FROM redpacket.claim WHERE activity_id = $act AND user_id LIKE 'h%'"),
