@@ -66,11 +66,14 @@
  *		   the transaction holds is part of it (read off the lock table), it
  *		   gives way for that once (the rollback gives back only the lock it
  *		   waited for) and waits again, at most RP_MAX_YIELDS times.
- *		7. While a wait of 4 waits, it holds the activity's holder marker;
- *		   a walk of 5 that would wait for a stripe while a holder waits on
- *		   the activity gives way at once instead (its subtransaction is
- *		   rolled back) and starts over when no holder waits, or after at
- *		   most 3d.  A holder that gives way by rule 6 leaves its place in
+ *		7. While a wait of 4 waits, it holds the activity's holder marker.
+ *		   A walk of 5 that would wait for a stripe while such a holder
+ *		   waits for a lock the walk took (directly, or through the waits
+ *		   of the backends it waits for: read off the lock table) gives way
+ *		   at once instead of waiting (its subtransaction is rolled back,
+ *		   which hands the lock to the holder) and starts over a tenth of d
+ *		   later; a walk that cannot help a holder goes on.  A holder that
+ *		   gives way by rule 6 leaves its place in
  *		   the lock queue, and the walks queued behind it meanwhile get
  *		   ahead of it; under a stream of walks (gathering claims and
  *		   batches on a nearly exhausted activity) its waits added up past
@@ -244,22 +247,25 @@ static int	restartable = 0;	/* inside a restartable acquisition */
 static bool gave_way_to_holder = false;
 static void HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
+static bool HolderWaitsForUs(int64 activity);
+
 /*
  * Rule 7: a restartable walk that would wait for a stripe while a
- * transaction of rule 4 waits on the activity gives way before it waits
- * (the error rolls its subtransaction back; Restartable starts it over
- * once the holder no longer waits).  A walk already waiting when the
- * holder began to wait ends its wait within 2d, before the holder looks.
+ * transaction of rule 4 waits, directly or through the waits of others,
+ * for a lock the walk took, gives way before it waits (the error rolls its
+ * subtransaction back, which gives that lock back; Restartable starts it
+ * over).  A walk already waiting when the holder began to wait ends its
+ * wait within 2d, before the holder looks.
  */
 static void
 GiveWayToHolders(int64 activity)
 {
-	if (RpLockHolders(RP_LOCK_HOLDER, activity, 0) == 0)
+	if (RpLockHolders(RP_LOCK_HOLDER, activity, 0) == 0 || !HolderWaitsForUs(activity))
 		return;
 	gave_way_to_holder = true;
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("a walk over the stripes of activity " INT64_FORMAT " gives way to a claim waiting on it",
+			 errmsg("a walk over the stripes of activity " INT64_FORMAT " gives way to a claim waiting for it",
 					activity)));
 }
 
@@ -348,8 +354,8 @@ struct RpSubCall
 	const RpActivity *act;
 	const void *arg;
 	bool		timed;
-	bool		in_cycle;		/* it gave way to a cycle PostgreSQL found */
-	bool		to_holder;		/* it gave way to a waiting holder (rule 7) */
+	bool		in_cycle;		/* it gave way to a cycle PostgreSQL found, or
+								 * to a holder waiting for it (rule 7) */
 	/* a holder's wait: the lock, and how many more times it may give way */
 	int			yields_left;
 	RpLockKind	kind;
@@ -418,11 +424,9 @@ static bool
 WalkGaveWay(RpSubCall *call, int sqlerrcode)
 {
 	restartable--;				/* the rollback undid the lock_timeout */
-	call->to_holder = gave_way_to_holder;
+	call->in_cycle = gave_way_to_holder || sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
 	gave_way_to_holder = false;
-	call->in_cycle = sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED;
-	return call->to_holder || call->in_cycle ||
-		(call->timed && sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE);
+	return call->in_cycle || (call->timed && sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE);
 }
 
 /*
@@ -440,21 +444,6 @@ AfterGivingWay(void)
 					 PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
-}
-
-/*
- * A walk that gave way to waiting holders (rule 7) starts over once none
- * waits on the activity, or after 3d (the holders' look), whichever comes
- * first: it holds nothing of the activity meanwhile.
- */
-static void
-WhileHoldersWait(int64 activity)
-{
-	int			pauses = 30;
-
-	do
-		AfterGivingWay();
-	while (--pauses > 0 && RpLockHolders(RP_LOCK_HOLDER, activity, 0) > 0);
 }
 
 static bool
@@ -479,9 +468,7 @@ Restartable(RpLockStep step, const RpActivity *act, const void *arg)
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " was part of a deadlock or lasted too long; gave everything back and starts over",
 								 act->id)));
-		if (call.to_holder)
-			WhileHoldersWait(act->id);
-		else if (call.in_cycle)
+		if (call.in_cycle)
 			AfterGivingWay();
 	}
 	return step(act, arg);
@@ -740,6 +727,58 @@ AddHolders(const LockData *data, const LOCKTAG *tag, int *seen, int nseen)
 			seen[nseen++] = e->pid;
 	}
 	return nseen;
+}
+
+/*
+ * Do we hold that lock, one a walk's rollback gives back (a stripe, a user
+ * or bucket lock, the gather lock; not a batch's gate slot, taken before)?
+ */
+static bool
+HeldByUs(const LockData *data, const LOCKTAG *tag)
+{
+	uint16		kind = tag->locktag_field4;
+
+	if (tag->locktag_type != LOCKTAG_ADVISORY || tag->locktag_field1 != MyDatabaseId ||
+		!(kind == RP_LOCK_STRIPE || kind == RP_LOCK_USER || kind == RP_LOCK_BUCKET ||
+		  kind == RP_LOCK_GATHER))
+		return false;
+	for (int i = 0; i < data->nelements; i++)
+		if (data->locks[i].pid == MyProcPid && data->locks[i].holdMask != 0 &&
+			memcmp(&data->locks[i].locktag, tag, sizeof(LOCKTAG)) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Rule 7's question: does a holder waiting on the activity (one holding its
+ * holder marker) wait for a lock we took, or for a lock held by a backend
+ * that waits for one, and so on?  From a snapshot of the lock table.
+ */
+static bool
+HolderWaitsForUs(int64 activity)
+{
+	LockData   *data = GetLockStatusData();
+	int		   *seen = palloc(sizeof(int) * (data->nelements + 1));
+	int			nseen;
+	LOCKTAG		marker;
+	bool		found = false;
+
+	RpLockTag(&marker, RP_LOCK_HOLDER, activity, 0);
+	nseen = AddHolders(data, &marker, seen, 0);
+	for (int k = 0; k < nseen && !found; k++)
+		for (int i = 0; i < data->nelements && !found; i++)
+		{
+			const LockInstanceData *e = &data->locks[i];
+
+			if (e->pid != seen[k] || e->waitLockMode == NoLock)
+				continue;
+			found = HeldByUs(data, &e->locktag);
+			nseen = AddHolders(data, &e->locktag, seen, nseen);
+		}
+	pfree(seen);
+	pfree(data->locks);
+	pfree(data);
+	return found;
 }
 
 /*
