@@ -85,8 +85,9 @@
  *		8. Two transactions of rule 4 can close a cycle of their own (each
  *		   keeps a claim's stripe and needs the other's); PostgreSQL fails
  *		   the one that looks first.  A backend whose holder wait lost looks
- *		   2d later the next time (up to 9d), so a caller retrying the loser
- *		   wins the next such cycle instead of losing it again.
+ *		   at 5d instead of 3d until one of its transactions commits, so a
+ *		   caller retrying the loser wins the next such cycle instead of
+ *		   losing it again.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
@@ -611,7 +612,7 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 /*
  * How long a wait lasts before PostgreSQL looks for a cycle through it
  * (deadlock_timeout, the setting's value d): d inside a restartable
- * acquisition (rule 5), which must look first; 3d to 9d for a transaction
+ * acquisition (rule 5), which must look first; 3d or 5d for a transaction
  * that holds locks of earlier claims on the activity (rule 4), which a
  * restartable call gives way to and which fails with 40P01 only in a cycle
  * of such transactions (HolderLook); 10d for every other wait, which holds nothing of
@@ -623,17 +624,27 @@ static bool patient = false;
 
 /*
  * Two transactions of rule 4 in a cycle: PostgreSQL fails the one that
- * looks first.  A holder whose waits in this backend lost that way, one
- * after the other (a caller retrying the transaction), looks 2d later
- * each time, up to 9d, so that the other one loses instead; a wait that
- * is served sets the count back to 0.
+ * looks first.  A backend whose holder wait lost that way looks 2d later
+ * (5d) until one of its transactions commits, so that a caller retrying
+ * the loser wins the next such cycle.  One step only: a claim that holds
+ * nothing and waits for a holder's stripe looks at 10d from the start of
+ * its own wait, and a holder that closes a cycle late, after more than
+ * 10d minus its look, makes that claim the one PostgreSQL fails.
  */
 static int	holder_losses = 0;
 
 static int
 HolderLook(void)
 {
-	return 3 + 2 * Min(holder_losses, 3);
+	return holder_losses > 0 ? 5 : 3;
+}
+
+static void
+HolderLossesAtCommit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		holder_losses = 0;
 }
 
 void
@@ -664,8 +675,8 @@ RpPatientEnd(void)
  * that a restartable walk (rule 5) is part of, the walk gives way within
  * 2d of the start of its wait: the holder gives way instead, for that once
  * (the rollback gives back only the lock it waited for), and waits again.
- * At most RP_MAX_YIELDS times, so that its waits end before a wait that
- * holds nothing looks for a cycle (10d): PostgreSQL's detector would fail
+ * At most RP_MAX_YIELDS times (once after a loss, HolderLook), so that
+ * its waits end before a wait that holds nothing looks for a cycle (10d): PostgreSQL's detector would fail
  * that one, queued behind the holder.  Then, as for a cycle without such a
  * walk (holders only, or a batch waiting for one stripe, holding its user
  * locks), PostgreSQL's verdict stands, and the loss makes this backend's
@@ -854,13 +865,13 @@ HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	call.activity = activity;
 	call.sub = sub;
 	call.mode = mode;
-	call.yields_left = RP_MAX_YIELDS;
+	/* a holder that looks at 5d gives way once: its waits end by 10d */
+	call.yields_left = holder_losses > 0 ? 1 : RP_MAX_YIELDS;
 
 	while (InSubTransaction(&call) == RP_STEP_RESTART)
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: a wait on activity " INT64_FORMAT " closed a cycle with a restartable walk, which gives way; waits again",
 								 activity)));
-	holder_losses = 0;
 }
 
 /*
@@ -955,4 +966,5 @@ RpLocksInit(void)
 							&rp_max_waiting,
 							RP_DEFAULT_MAX_WAITING, RP_MIN_MAX_WAITING, RP_MAX_MAX_WAITING,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	RegisterXactCallback(HolderLossesAtCommit, NULL);
 }

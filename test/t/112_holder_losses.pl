@@ -1,8 +1,9 @@
 # Two transactions that each keep a claim's stripe and then need the
 # other's close a cycle that only PostgreSQL can break: it fails whichever
 # looks first.  A caller that retries the loser must not lose every time:
-# a backend whose holder wait lost looks later the next time, so the other
-# transaction loses instead.
+# a backend whose holder wait lost looks later until one of its
+# transactions commits, so the other transaction loses instead, even when
+# the retried transaction was served in a short wait before the cycle.
 #
 # Two stripes: stripe 0 drained to 0.20, stripe 1 holds 1.00.  A (BEGIN)
 # claims 0.10 from stripe 0 and B (BEGIN) 0.10 from stripe 1, each keeping
