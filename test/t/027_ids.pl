@@ -23,7 +23,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedpacketTest;
+use RedpacketTest qw(sql);
 use Test::More;
 
 my $pub = PostgreSQL::Test::Cluster->new('ids_pub');
@@ -34,8 +34,7 @@ shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
 $pub->start;
-
-sub sql { return $pub->safe_psql($_[1] // 'postgres', $_[0]); }
+RedpacketTest::use_node($pub);
 
 sql('CREATE EXTENSION redpacket');
 

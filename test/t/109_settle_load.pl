@@ -15,17 +15,13 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedpacketTest;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('settle');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = RedpacketTest::node('settle', qq{
 max_connections = 40
 max_locks_per_transaction = 256
 });
-$node->start;
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 sql(q{
 CREATE EXTENSION redpacket;
 CREATE TABLE settle_log (activity_id bigint, claim_id bigint, what text, n bigint);

@@ -19,6 +19,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedpacketTest;
 use Test::More;
+use Time::HiRes ();
 
 my $d = 0.6;					# deadlock_timeout, seconds
 my $node = RedpacketTest::node('holder_losses', qq{
@@ -63,6 +64,52 @@ SELECT status FROM redpacket.rp_claim($act, 'b2', 0.95);
 	is(RedpacketTest::unbalanced($node), '0', "$label: the books balance");
 	return join(',', grep { $lost{$_} } qw(a b));
 }
+
+# The same with user locks, and a served wait before the cycle: A and B
+# each claim for a user of their own, then for the other's user.  In the
+# second cycle A first claims for a user whose lock Z holds for a moment
+# (Z's transaction rolls back): that wait is served, and A must still look
+# later in the cycle that follows.
+sub user_cycle
+{
+	my ($label, $served_wait) = @_;
+	$_->{stderr} = '' for values %s;
+	my $act = $node->safe_psql('postgres',
+		"SELECT redpacket.rp_create_activity(100.00, stripes => 8, name => 'holder losses')");
+	$s{b}->query_safe('BEGIN');
+	$s{b}->query_safe("SELECT status FROM redpacket.rp_claim($act, 'ub', 1)");
+	$s{a}->query_safe('BEGIN');
+	$s{a}->query_safe("SELECT status FROM redpacket.rp_claim($act, 'ua', 1)");
+	if ($served_wait)
+	{
+		my $z = $node->background_psql('postgres', on_error_stop => 0);
+		$z->query_safe('BEGIN');
+		$z->query_safe("SELECT status FROM redpacket.rp_claim($act, 'uz', 1)");
+		$s{a}->query_until(qr/started/, qq{\\echo started
+SELECT status FROM redpacket.rp_claim($act, 'uz', 1);
+});
+		Time::HiRes::sleep($d / 2);
+		$z->query_safe('ROLLBACK');
+		$z->quit;
+		like($s{a}->query('SELECT 1 AS answered'), qr/claimed/,
+			"$label: A's claim that waited for Z is served");
+	}
+	$s{a}->query_until(qr/started/, qq{\\echo started
+SELECT status FROM redpacket.rp_claim($act, 'ub', 1);
+});
+	Time::HiRes::sleep($d / 4);
+	$s{b}->query_until(qr/started/, qq{\\echo started
+SELECT status FROM redpacket.rp_claim($act, 'ua', 1);
+});
+	$s{$_}->query('SELECT 1 AS answered') for qw(a b);
+	my %lost = map { $_ => scalar($s{$_}->{stderr} =~ /deadlock detected/) } qw(a b);
+	$s{$_}->query($lost{$_} ? 'ROLLBACK' : 'COMMIT') for qw(a b);
+	return join(',', grep { $lost{$_} } qw(a b));
+}
+
+is(user_cycle('user locks, first cycle', 0), 'a', 'user locks: A, which waited first, loses');
+is(user_cycle('user locks, second cycle', 1), 'b',
+	'user locks: after A lost, B loses, though A was served in a wait since');
 
 for my $path ('on', 'off')
 {
