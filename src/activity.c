@@ -107,9 +107,9 @@ static RpPlan insert_state = {
  * stripes (the budget and packets spread evenly, the first stripes taking
  * the remainders, nothing dealt), its funding and its reconciliation state.
  * $1-$9 as insert_activity_14, $10 the total in minor units; it returns the
- * id and the activity's columns as written (RP_ACTIVITY_SELECT_14).  One statement
- * instead of four made creation about a third cheaper; on Citus the four
- * run one by one (each routed by activity).
+ * id and the activity's columns as written (RP_ACTIVITY_SELECT_14).  One
+ * statement instead of four made creation about a third cheaper; on Citus
+ * the four run one by one (each routed by activity).
  */
 static RpPlan create_14 = {
 	"WITH a AS (INSERT INTO redpacket.activity AS a"

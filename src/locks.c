@@ -73,10 +73,10 @@
  *		   at once instead of waiting (its subtransaction is rolled back,
  *		   which hands the lock to the holder) and starts over a tenth of d
  *		   later; a walk that cannot help a holder goes on.  A holder that
- *		   gives way by rule 6 leaves its place in
- *		   the lock queue, and the walks queued behind it meanwhile get
- *		   ahead of it; under a stream of walks (gathering claims and
- *		   batches on a nearly exhausted activity) its waits added up past
+ *		   gives way by rule 6 leaves its place in the lock queue, and the
+ *		   walks queued behind it meanwhile get ahead of it; under a
+ *		   stream of walks (gathering claims and batches on a nearly
+ *		   exhausted activity) its waits added up past
  *		   the 10d after which the claims queued behind it look for a
  *		   cycle, and they failed with 40P01.  With rule 7 a walk that
  *		   reaches a waiting holder's stripe gives way before the holder
@@ -615,8 +615,8 @@ RpUnlockUser(int64 activity, uint32 user_hash)
  * acquisition (rule 5), which must look first; 3d or 5d for a transaction
  * that holds locks of earlier claims on the activity (rule 4), which a
  * restartable call gives way to and which fails with 40P01 only in a cycle
- * of such transactions (HolderLook); 10d for every other wait, which holds nothing of
- * the activity and is in no cycle of its locks.  RpPatientEnd undoes the
+ * of such transactions (HolderLook); 10d for every other wait, which holds
+ * nothing of the activity and is in no cycle of its locks.  RpPatientEnd undoes the
  * setting, or the transaction's (or subtransaction's) end does on an error.
  */
 static int	patient_guc_level = 0;
@@ -676,11 +676,12 @@ RpPatientEnd(void)
  * 2d of the start of its wait: the holder gives way instead, for that once
  * (the rollback gives back only the lock it waited for), and waits again.
  * At most RP_MAX_YIELDS times (once after a loss, HolderLook), so that
- * its waits end before a wait that holds nothing looks for a cycle (10d): PostgreSQL's detector would fail
- * that one, queued behind the holder.  Then, as for a cycle without such a
- * walk (holders only, or a batch waiting for one stripe, holding its user
- * locks), PostgreSQL's verdict stands, and the loss makes this backend's
- * next holder waits look later (HolderLook).
+ * its waits end before a wait that holds nothing looks for a cycle (10d):
+ * PostgreSQL's detector would fail that one, queued behind the holder.
+ * Then, as for a cycle without such a walk (holders only, or a batch
+ * waiting for one stripe, holding its user locks), PostgreSQL's verdict
+ * stands, and the loss makes this backend's next holder waits look later
+ * (HolderLook).
  */
 #define RP_MAX_YIELDS 2
 
@@ -741,6 +742,30 @@ AddHolders(const LockData *data, const LOCKTAG *tag, int *seen, int nseen)
 }
 
 /*
+ * Complete seen[] (backends, nseen of them so far) with the holders of the
+ * locks each backend in it waits for, and so on: every backend the first
+ * ones wait for, directly or through others (never us: AddHolders).
+ */
+static int
+AddWaitedFor(const LockData *data, int *seen, int nseen)
+{
+	for (int k = 0; k < nseen; k++)
+		for (int i = 0; i < data->nelements; i++)
+			if (data->locks[i].pid == seen[k] && data->locks[i].waitLockMode != NoLock)
+				nseen = AddHolders(data, &data->locks[i].locktag, seen, nseen);
+	return nseen;
+}
+
+static bool
+InSeen(const int *seen, int nseen, int pid)
+{
+	for (int k = 0; k < nseen; k++)
+		if (seen[k] == pid)
+			return true;
+	return false;
+}
+
+/*
  * Do we hold that lock, one a walk's rollback gives back (a stripe, a user
  * or bucket lock, the gather lock; not a batch's gate slot, taken before)?
  */
@@ -775,17 +800,11 @@ HolderWaitsForUs(int64 activity)
 	bool		found = false;
 
 	RpLockTag(&marker, RP_LOCK_HOLDER, activity, 0);
-	nseen = AddHolders(data, &marker, seen, 0);
-	for (int k = 0; k < nseen && !found; k++)
-		for (int i = 0; i < data->nelements && !found; i++)
-		{
-			const LockInstanceData *e = &data->locks[i];
-
-			if (e->pid != seen[k] || e->waitLockMode == NoLock)
-				continue;
-			found = HeldByUs(data, &e->locktag);
-			nseen = AddHolders(data, &e->locktag, seen, nseen);
-		}
+	nseen = AddWaitedFor(data, seen, AddHolders(data, &marker, seen, 0));
+	for (int i = 0; i < data->nelements && !found; i++)
+		found = data->locks[i].waitLockMode != NoLock &&
+			InSeen(seen, nseen, data->locks[i].pid) &&
+			HeldByUs(data, &data->locks[i].locktag);
 	pfree(seen);
 	pfree(data->locks);
 	pfree(data);
@@ -812,14 +831,9 @@ WalkerInCycle(const LOCKTAG *waited)
 	int			nseen = nwalkers > 0 ? AddHolders(data, waited, seen, 0) : 0;
 	bool		found = false;
 
-	for (int k = 0; k < nseen && !found; k++)
-	{
-		for (int w = 0; w < nwalkers && !found; w++)
-			found = seen[k] == walkers[w];
-		for (int i = 0; i < data->nelements && !found; i++)
-			if (data->locks[i].pid == seen[k] && data->locks[i].waitLockMode != NoLock)
-				nseen = AddHolders(data, &data->locks[i].locktag, seen, nseen);
-	}
+	nseen = AddWaitedFor(data, seen, nseen);
+	for (int w = 0; w < nwalkers && !found; w++)
+		found = InSeen(seen, nseen, walkers[w]);
 	pfree(walkers);
 	pfree(seen);
 	pfree(data->locks);
