@@ -26,7 +26,7 @@
 #include "redpacket.h"
 
 static const char *const rel_names[RP_NRELS] = {
-	"activity", "stripe", "claim", "eligible"
+	"activity", "stripe", "claim", "eligible", "ledger", "reconcile_state"
 };
 
 static Oid	relids[RP_NRELS];

@@ -15,6 +15,8 @@ typedef enum RpRel
 	RP_REL_STRIPE,
 	RP_REL_CLAIM,
 	RP_REL_ELIGIBLE,			/* 1.4 */
+	RP_REL_LEDGER,
+	RP_REL_RECONCILE_STATE,
 	RP_NRELS
 } RpRel;
 

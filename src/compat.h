@@ -55,4 +55,19 @@
 	ExecInsertIndexTuples(rri, slot, estate, update, false, NULL, NIL)
 #endif
 
+/*
+ * A table's CHECK constraints as the executor keeps them compiled in a
+ * ResultRelInfo, and whether one is enforced (NOT ENFORCED and virtual
+ * generated columns are new in 18).
+ */
+#if PG_VERSION_NUM >= 180000
+#define RpCheckExprs(rri) ((rri)->ri_CheckConstraintExprs)
+#define RpCheckEnforced(check) ((check).ccenforced)
+#define RpHasGenerated(constr) ((constr)->has_generated_stored || (constr)->has_generated_virtual)
+#else
+#define RpCheckExprs(rri) ((rri)->ri_ConstraintExprs)
+#define RpCheckEnforced(check) true
+#define RpHasGenerated(constr) ((constr)->has_generated_stored)
+#endif
+
 #endif							/* REDPACKET_COMPAT_H */

@@ -1,0 +1,321 @@
+/*
+ * insert.c
+ *		Rows written into our tables as INSERT would write them (insert.h),
+ *		through the executor's simple-relation insert, which logical
+ *		replication's apply uses too: the table's CHECK and NOT NULL
+ *		constraints, every index (unique ones checked), the row WAL-logged
+ *		and decoded like any other.  A column the caller does not set takes
+ *		its column default, evaluated like the executor's (nextval, now(),
+ *		session_user, or whatever an administrator set), or NULL.
+ *
+ *		What a statement would compile from the catalog each time, the
+ *		default and CHECK expressions, is read and planned once per catalog
+ *		generation (catalog.c: any relcache invalidation of our tables moves
+ *		it).  An expression whose plan depends on a user-defined function
+ *		(one the planner could inline or fold, which can change without
+ *		an invalidation of our tables) is planned again on every call, as
+ *		the executor does.  What can change without an invalidation is
+ *		checked on every call from the relcache entry at hand: triggers,
+ *		rules, row security, inheritance, generated columns, privileges.
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/acl.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
+#include "insert.h"
+
+/* What insert.c learned of a target's table, for one catalog generation. */
+typedef struct RpInsertShape
+{
+	uint64		generation;		/* 0: not built */
+	bool		usable;
+	MemoryContext cxt;			/* holds what follows */
+	AttrNumber	att[RP_INSERT_MAXCOLS]; /* of the target's names */
+	int			natts;
+	Expr	  **defaults;		/* per attribute: its default (NULL: none) */
+	bool	   *default_planned;
+	bool	   *given;			/* per attribute: set by the caller */
+	int			ncheck;
+	Expr	  **checks;			/* the CHECK constraints (NULL: not enforced) */
+	bool	   *check_planned;
+} RpInsertShape;
+
+/*
+ * An expression of the catalog, planned when its plan depends on nothing
+ * but built-in objects (planned false: parsed only).
+ */
+static Expr *
+Prepared(Node *parsed, bool *planned)
+{
+	List	   *relations = NIL;
+	List	   *items = NIL;
+	Expr	   *plan;
+
+	*planned = false;
+	if (parsed == NULL)
+		return NULL;
+	plan = expression_planner_with_deps((Expr *) copyObject(parsed), &relations, &items);
+	if (items != NIL)
+		return (Expr *) parsed;
+	*planned = true;
+	return plan;
+}
+
+/* A prepared expression compiled for this call, as ExecPrepareExpr would. */
+static ExprState *
+Compiled(Expr *expr, bool planned)
+{
+	return ExecInitExpr(planned ? expr : expression_planner(copyObject(expr)), NULL);
+}
+
+/* The named columns exist with their types and no typmod (no coercion). */
+static bool
+FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
+{
+	for (int c = 0; c < t->ncols; c++)
+	{
+		att[c] = InvalidAttrNumber;
+		for (int a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute fa = TupleDescAttr(desc, a);
+
+			if (!fa->attisdropped && strcmp(NameStr(fa->attname), t->names[c]) == 0 &&
+				fa->atttypid == t->types[c] && fa->atttypmod == -1)
+				att[c] = fa->attnum;
+		}
+		if (att[c] == InvalidAttrNumber)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Read the table's defaults and checks into s.  A column of a domain type
+ * makes the table unusable here: its domain's constraints and default can
+ * change without an invalidation of the table.
+ */
+static bool
+ShapeBuild(const RpInsertTarget *t, RpInsertShape *s, Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+
+	s->natts = desc->natts;
+	s->defaults = palloc0(sizeof(Expr *) * desc->natts);
+	s->default_planned = palloc0(sizeof(bool) * desc->natts);
+	s->given = palloc0(sizeof(bool) * desc->natts);
+	if (!FindNamed(t, desc, s->att))
+		return false;
+	for (int c = 0; c < t->ngiven; c++)
+		s->given[s->att[c] - 1] = true;
+	for (int a = 0; a < desc->natts; a++)
+	{
+		Form_pg_attribute fa = TupleDescAttr(desc, a);
+
+		if (fa->attisdropped)
+			continue;
+		if (get_typtype(fa->atttypid) == TYPTYPE_DOMAIN)
+			return false;
+		if (!s->given[a])
+			s->defaults[a] = Prepared(build_column_default(rel, a + 1),
+									  &s->default_planned[a]);
+	}
+	s->ncheck = constr ? constr->num_check : 0;
+	s->checks = palloc0(sizeof(Expr *) * Max(s->ncheck, 1));
+	s->check_planned = palloc0(sizeof(bool) * Max(s->ncheck, 1));
+	for (int i = 0; i < s->ncheck; i++)
+		if (RpCheckEnforced(constr->check[i]))
+			s->checks[i] = Prepared(stringToNode(constr->check[i].ccbin),
+									&s->check_planned[i]);
+	return true;
+}
+
+/* The shape of t's table for this generation, built when it moved. */
+static RpInsertShape *
+ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
+{
+	RpInsertShape *s = t->shape;
+	MemoryContext old;
+
+	if (s == NULL)
+	{
+		s = MemoryContextAllocZero(TopMemoryContext, sizeof(RpInsertShape));
+		s->cxt = AllocSetContextCreate(TopMemoryContext, "redpacket insert shape",
+									   ALLOCSET_SMALL_SIZES);
+		t->shape = s;
+	}
+	if (s->generation == generation)
+		return s;
+	MemoryContextReset(s->cxt);
+	s->generation = 0;
+	old = MemoryContextSwitchTo(s->cxt);
+	s->usable = ShapeBuild(t, s, rel);
+	MemoryContextSwitchTo(old);
+	s->generation = generation;
+	return s;
+}
+
+/*
+ * Whether an INSERT into rel would do no more than the simple-relation
+ * insert: no trigger on INSERT (foreign keys are triggers too), no rule,
+ * no row security, no inheritance or partitioning, no generated column.
+ */
+static bool
+PlainForInsert(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relhasrules ||
+		rel->rd_rel->relrowsecurity || rel->rd_rel->relhassubclass ||
+		rel->rd_rel->relispartition)
+		return false;
+	if (td && (td->trig_insert_before_row || td->trig_insert_after_row ||
+			   td->trig_insert_instead_row || td->trig_insert_before_statement ||
+			   td->trig_insert_after_statement || td->trig_insert_new_table))
+		return false;
+	return constr == NULL || !RpHasGenerated(constr);
+}
+
+/* The privileges the SQL would need; without them the SQL raises the error. */
+static bool
+PermittedInsert(Relation rel, bool returning)
+{
+	AclMode		need = ACL_INSERT | (returning ? ACL_SELECT : 0);
+
+	return pg_class_aclmask(RelationGetRelid(rel), GetUserId(), need, ACLMASK_ALL) == need;
+}
+
+/* Open target i; false when it cannot be written here. */
+static bool
+OpenOne(RpInserter *ins, RpInsertTarget *t, uint64 generation)
+{
+	Oid			relid = RpRelid(t->rel);
+	Relation	rel = OidIsValid(relid) ? try_relation_open(relid, RowExclusiveLock) : NULL;
+	ResultRelInfo *rri;
+	RpInsertShape *s;
+
+	if (rel == NULL)
+		return false;
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	ins->targets[ins->ntargets] = t;
+	ins->rris[ins->ntargets] = rri;
+	ins->slots[ins->ntargets] = table_slot_create(rel, &ins->estate->es_tupleTable);
+	ins->ntargets++;
+	s = ShapeReady(t, rel, generation);
+	return s->usable && PlainForInsert(rel) && PermittedInsert(rel, t->returning);
+}
+
+bool
+RpInsertBegin(RpInserter *ins, RpInsertTarget **targets, int n)
+{
+	uint64		generation = RpCatalogGeneration();
+
+	Assert(n <= RP_INSERT_MAXTARGETS);
+	memset(ins, 0, sizeof(*ins));
+	/* a read-only transaction (or a standby): the SQL raises 25006 */
+	if (XactReadOnly || IsInParallelMode() || ExecutorCheckPerms_hook != NULL)
+		return false;
+	ins->estate = CreateExecutorState();
+	ins->caller_cxt = MemoryContextSwitchTo(ins->estate->es_query_cxt);
+	for (int i = 0; i < n; i++)
+		if (!OpenOne(ins, targets[i], generation))
+			return false;
+
+	/*
+	 * Taking the tables' locks may have waited for an ALTER and processed
+	 * its invalidation: what was learned may be stale, and the SQL serves
+	 * this call.
+	 */
+	if (RpCatalogGeneration() != generation)
+		return false;
+	/* as SPI does for each statement: see our own earlier writes */
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	ins->snapshot_pushed = true;
+	ins->estate->es_snapshot = GetActiveSnapshot();
+	ins->estate->es_output_cid = GetCurrentCommandId(true);
+	return true;
+}
+
+/* The CHECK constraints of the table, compiled for this call's ResultRelInfo. */
+static void
+CompileChecks(ResultRelInfo *rri, const RpInsertShape *s)
+{
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	ExprState **states;
+
+	if (s->ncheck == 0 || constr == NULL || constr->num_check != s->ncheck ||
+		RpCheckExprs(rri) != NULL)
+		return;					/* the executor compiles them itself */
+	states = palloc0(sizeof(ExprState *) * s->ncheck);
+	for (int i = 0; i < s->ncheck; i++)
+		if (s->checks[i] != NULL)
+			states[i] = Compiled(s->checks[i], s->check_planned[i]);
+	RpCheckExprs(rri) = states;
+}
+
+TupleTableSlot *
+RpInsertRow(RpInserter *ins, int i, const Datum *values, const bool *isnull)
+{
+	RpInsertTarget *t = ins->targets[i];
+	RpInsertShape *s = t->shape;
+	TupleTableSlot *slot = ins->slots[i];
+	ExprContext *econtext = GetPerTupleExprContext(ins->estate);
+
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, sizeof(bool) * s->natts);
+	for (int c = 0; c < t->ngiven; c++)
+	{
+		slot->tts_values[s->att[c] - 1] = values[c];
+		slot->tts_isnull[s->att[c] - 1] = isnull[c];
+	}
+	for (int a = 0; a < s->natts; a++)
+		if (!s->given[a] && s->defaults[a] != NULL)
+			slot->tts_values[a] = ExecEvalExpr(Compiled(s->defaults[a], s->default_planned[a]),
+											   econtext, &slot->tts_isnull[a]);
+	ExecStoreVirtualTuple(slot);
+	CompileChecks(ins->rris[i], s);
+	ExecSimpleRelationInsert(ins->rris[i], ins->estate, slot);
+	return slot;
+}
+
+Datum
+RpInsertedValue(RpInserter *ins, int i, int c, bool *isnull)
+{
+	return slot_getattr(ins->slots[i], ins->targets[i]->shape->att[c], isnull);
+}
+
+void
+RpInsertEnd(RpInserter *ins)
+{
+	if (ins->estate == NULL)
+		return;
+	if (ins->snapshot_pushed)
+		PopActiveSnapshot();
+	ExecResetTupleTable(ins->estate->es_tupleTable, false);
+	for (int i = 0; i < ins->ntargets; i++)
+	{
+		ExecCloseIndices(ins->rris[i]);
+		table_close(ins->rris[i]->ri_RelationDesc, NoLock);
+	}
+	MemoryContextSwitchTo(ins->caller_cxt);
+	FreeExecutorState(ins->estate);
+	ins->estate = NULL;
+}

@@ -1,0 +1,71 @@
+/*
+ * insert.h
+ *		Rows written into our tables as an INSERT statement would write them,
+ *		through the executor's simple-relation interface (insert.c): every
+ *		column the caller does not set takes its column default, and every
+ *		CHECK, NOT NULL and index of the table applies.  Used where planning
+ *		and starting an SQL statement would cost more than the writes.  A
+ *		table whose INSERT would do more than that (a trigger, a rule, row
+ *		security, inheritance, a generated or domain-typed column, a
+ *		missing privilege) is not written here: the caller runs its SQL.
+ */
+#ifndef RP_INSERT_H
+#define RP_INSERT_H
+
+#include "executor/executor.h"
+
+#include "catalog.h"
+
+#define RP_INSERT_MAXCOLS 16	/* named columns of one target */
+#define RP_INSERT_MAXTARGETS 4	/* tables of one RpInserter */
+
+/*
+ * One of our tables and the columns a caller names: the first ngiven are
+ * set by the caller (in this order), the others are read back after the
+ * insert (their defaults filled them).  Static in the caller; insert.c
+ * keeps what it learns of the table's shape in shape.
+ */
+typedef struct RpInsertTarget
+{
+	RpRel		rel;
+	bool		returning;		/* the SQL reads the row back: needs SELECT */
+	int			ncols;
+	int			ngiven;
+	const char *names[RP_INSERT_MAXCOLS];
+	Oid			types[RP_INSERT_MAXCOLS];
+	struct RpInsertShape *shape;	/* insert.c */
+} RpInsertTarget;
+
+/* The tables of one writing call, opened together. */
+typedef struct RpInserter
+{
+	EState	   *estate;
+	MemoryContext caller_cxt;
+	int			ntargets;
+	RpInsertTarget *targets[RP_INSERT_MAXTARGETS];
+	ResultRelInfo *rris[RP_INSERT_MAXTARGETS];
+	TupleTableSlot *slots[RP_INSERT_MAXTARGETS];
+	bool		snapshot_pushed;
+} RpInserter;
+
+/*
+ * Open the n targets for writing and tell whether every one can be written
+ * here; when false nothing was written and the caller runs its SQL.
+ * Either way RpInsertEnd follows.  The caller is in a transaction that may
+ * write.
+ */
+extern bool RpInsertBegin(RpInserter *ins, RpInsertTarget **targets, int n);
+
+/*
+ * Insert one row into target i: values/isnull for its given columns.
+ * Returns the row as written (valid until RpInsertEnd).
+ */
+extern TupleTableSlot *RpInsertRow(RpInserter *ins, int i, const Datum *values,
+								   const bool *isnull);
+
+/* Column c of target i's names in the row RpInsertRow returned. */
+extern Datum RpInsertedValue(RpInserter *ins, int i, int c, bool *isnull);
+
+extern void RpInsertEnd(RpInserter *ins);
+
+#endif							/* RP_INSERT_H */
