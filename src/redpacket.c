@@ -48,8 +48,8 @@ _PG_init(void)
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("redpacket.direct_claims",
-							 "Let single claims take the executor-direct fast path on this node's tables or shards.",
-							 "A developer switch: off forces the fast path's SQL statement (the SPI path) everywhere, to test both paths.",
+							 "Let single claims and activity creation write through the executor directly, on this node's tables or shards.",
+							 "A developer switch: off forces their SQL statements (the SPI path) everywhere, to test both paths.",
 							 &rp_direct_claims,
 							 true,
 							 PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);

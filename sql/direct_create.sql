@@ -1,0 +1,115 @@
+-- rp_create_activity writes its four rows through the executor directly
+-- (src/insert.c) when the tables allow, and through its SQL statement
+-- otherwise; either way the rows are the ones an INSERT would write: column
+-- defaults (an administrator's too) filled, every CHECK constraint enforced,
+-- triggers fired.  Each creation here sets redpacket.direct_claims itself, so
+-- the test means the same when the whole suite runs with the switch off.  The
+-- DEBUG1 lines prove which way each creation went.
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
+SET redpacket.direct_claims = on;
+
+-- The same activity written both ways: the same rows but for ids and times.
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(20.00, 10, ends_at => now() + interval '1 h',
+                                    name => 'both ways') AS d \gset
+SELECT :d = currval('redpacket.activity_id_seq') AS id_from_sequence;
+SET redpacket.direct_claims = off;
+SELECT redpacket.rp_create_activity(20.00, 10, ends_at => now() + interval '1 h',
+                                    name => 'both ways') AS s \gset
+SET redpacket.direct_claims = on;
+RESET client_min_messages;
+SELECT count(DISTINCT (name, total, packets, scale, stripes, per_user_limit,
+                       ends_at - starts_at, closed_at, frozen_reason, frozen_at,
+                       created_at = starts_at, created_by, revision, restricted)) AS activity_shapes
+  FROM redpacket.activity WHERE id IN (:d, :s);
+SELECT count(DISTINCT (stripe, balance, packets, claims, halted, revision, dealt,
+                       dealt_units, dealt_count)) AS stripe_shapes
+  FROM redpacket.stripe WHERE activity_id IN (:d, :s);
+SELECT count(DISTINCT (kind, amount, reason, created_by, packets)) AS ledger_shapes,
+       count(*) AS entries
+  FROM redpacket.ledger WHERE activity_id IN (:d, :s);
+SELECT count(DISTINCT (last_claim_id, claimed, claim_count, settled, last_pass_at,
+                       last_balance, last_packets, last_claims, last_full_check_at,
+                       last_settlement_id, reversed, reversed_count, last_entry_id, last_ok)) AS state_shapes,
+       count(*) AS states
+  FROM redpacket.reconcile_state WHERE activity_id IN (:d, :s);
+-- the spread of budget and packets over stripes, and no cap
+SELECT redpacket.rp_create_activity(7.00, stripes => 3) AS d3 \gset
+SELECT stripe, balance, packets FROM redpacket.stripe WHERE activity_id = :d3 ORDER BY stripe;
+SELECT redpacket.rp_create_activity(10.00, 130) AS d130 \gset
+SELECT stripe, balance, packets FROM redpacket.stripe WHERE activity_id = :d130 ORDER BY stripe;
+SELECT packets FROM redpacket.ledger WHERE activity_id = :d3;
+-- claims on what the direct path wrote, and the books of both
+SELECT count(*) FROM generate_series(1, 10) g, redpacket.rp_claim(:d, 'u' || g) r
+ WHERE r.status = 'claimed';
+SELECT * FROM pg_temp.books(:d);
+SELECT activity_id = :d AS direct, ok, drift FROM redpacket.rp_reconcile(:d);
+
+-- An administrator's column with a default: filled, on the direct path.
+ALTER TABLE redpacket.activity ADD COLUMN region text DEFAULT 'cn';
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(1.00) AS r \gset
+RESET client_min_messages;
+SELECT region FROM redpacket.activity WHERE id = :r;
+ALTER TABLE redpacket.activity DROP COLUMN region;
+
+-- A default that calls a function of the administrator's, replaced later:
+-- each creation evaluates today's function, though the planner inlines it
+-- (an IMMUTABLE one may be folded into a cached plan, here as in any plan).
+CREATE FUNCTION public.rp_test_tag() RETURNS text LANGUAGE sql STABLE AS $$ SELECT 'v1' $$;
+ALTER TABLE redpacket.reconcile_state ADD COLUMN tag text DEFAULT public.rp_test_tag();
+SELECT redpacket.rp_create_activity(1.00) AS t1 \gset
+CREATE OR REPLACE FUNCTION public.rp_test_tag() RETURNS text LANGUAGE sql STABLE AS $$ SELECT 'v2' $$;
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(1.00) AS t2 \gset
+RESET client_min_messages;
+SELECT activity_id = :t1 AS first, tag FROM redpacket.reconcile_state
+ WHERE activity_id IN (:t1, :t2) ORDER BY activity_id;
+ALTER TABLE redpacket.reconcile_state DROP COLUMN tag;
+DROP FUNCTION public.rp_test_tag();
+
+-- CHECK constraints added later (NOT VALID: other tests' rows stay) are
+-- enforced on the direct path, in the session that added them and in a
+-- transaction that adds one.
+\set VERBOSITY terse
+ALTER TABLE redpacket.ledger ADD CONSTRAINT rp_test_small CHECK (amount < 1000) NOT VALID;
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(999.00) IS NOT NULL AS created;
+SELECT redpacket.rp_create_activity(1000.00);
+RESET client_min_messages;
+ALTER TABLE redpacket.ledger DROP CONSTRAINT rp_test_small;
+BEGIN;
+SELECT redpacket.rp_create_activity(500.00, 3) IS NOT NULL AS created;
+ALTER TABLE redpacket.activity ADD CONSTRAINT rp_test_few CHECK (packets <= 200) NOT VALID;
+SELECT redpacket.rp_create_activity(500.00, 201);
+ROLLBACK;
+SELECT redpacket.rp_create_activity(500.00, 201) IS NOT NULL AS created_after_rollback;
+\set VERBOSITY default
+
+-- A trigger on one of the four tables: the SQL statement runs, and fires it.
+CREATE FUNCTION public.rp_test_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'trigger saw stripe % of a new activity', NEW.stripe;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER rp_test_seen BEFORE INSERT ON redpacket.stripe
+    FOR EACH ROW EXECUTE FUNCTION public.rp_test_seen();
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(2.00, stripes => 2) IS NOT NULL AS created;
+RESET client_min_messages;
+DROP TRIGGER rp_test_seen ON redpacket.stripe;
+DROP FUNCTION public.rp_test_seen();
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(2.00, stripes => 2) IS NOT NULL AS created;
+RESET client_min_messages;
+
+-- A read-only transaction gets the SQL's error.
+BEGIN READ ONLY;
+SELECT pg_temp.err($$SELECT redpacket.rp_create_activity(1.00)$$);
+ROLLBACK;
+
+-- Every activity of this test reconciles.
+SELECT count(*) AS activities, bool_and(r.ok) AS all_ok
+  FROM redpacket.activity a, redpacket.rp_reconcile(a.id, true) r
+ WHERE a.id >= :d;
