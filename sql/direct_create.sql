@@ -55,8 +55,7 @@ SELECT region FROM redpacket.activity WHERE id = :r;
 ALTER TABLE redpacket.activity DROP COLUMN region;
 
 -- A default that calls a function of the administrator's, replaced later:
--- each creation evaluates today's function, though the planner inlines it
--- (an IMMUTABLE one may be folded into a cached plan, here as in any plan).
+-- each creation evaluates today's function, though the planner inlines it.
 CREATE FUNCTION public.rp_test_tag() RETURNS text LANGUAGE sql STABLE AS $$ SELECT 'v1' $$;
 ALTER TABLE redpacket.reconcile_state ADD COLUMN tag text DEFAULT public.rp_test_tag();
 SELECT redpacket.rp_create_activity(1.00) AS t1 \gset
@@ -86,6 +85,60 @@ SELECT redpacket.rp_create_activity(500.00, 201);
 ROLLBACK;
 SELECT redpacket.rp_create_activity(500.00, 201) IS NOT NULL AS created_after_rollback;
 \set VERBOSITY default
+
+-- A CHECK calling an administrator's IMMUTABLE function, replaced later:
+-- each creation checks against today's function, not one folded earlier.
+CREATE FUNCTION public.rp_test_cap() RETURNS numeric LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
+ALTER TABLE redpacket.activity ADD CONSTRAINT rp_test_cap CHECK (total <= public.rp_test_cap()) NOT VALID;
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(500.00) IS NOT NULL AS created_under_cap;
+RESET client_min_messages;
+CREATE OR REPLACE FUNCTION public.rp_test_cap() RETURNS numeric LANGUAGE sql IMMUTABLE AS $$ SELECT 100 $$;
+\set VERBOSITY terse
+SELECT redpacket.rp_create_activity(500.00);
+\set VERBOSITY default
+ALTER TABLE redpacket.activity DROP CONSTRAINT rp_test_cap;
+DROP FUNCTION public.rp_test_cap();
+
+-- A column INSERT may not set (GENERATED ALWAYS AS IDENTITY): the SQL
+-- statement runs and gives INSERT's own error.
+ALTER TABLE redpacket.stripe ALTER COLUMN stripe ADD GENERATED ALWAYS AS IDENTITY;
+SET client_min_messages = debug1;
+SELECT pg_temp.err($$SELECT redpacket.rp_create_activity(1.00)$$);
+RESET client_min_messages;
+ALTER TABLE redpacket.stripe ALTER COLUMN stripe DROP IDENTITY;
+
+-- A creation inside a creation: a default whose function changes a grant
+-- (which moves our catalog generation) and creates an activity of its own.
+-- The outer creation finishes on the table shape it started with.
+CREATE ROLE regress_rp_nested;
+CREATE FUNCTION public.rp_test_nested() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('rp_test.nested', true) IS DISTINCT FROM 'armed' THEN
+        RETURN 'inner';
+    END IF;
+    PERFORM set_config('rp_test.nested', 'fired', false);
+    GRANT SELECT ON redpacket.ledger TO regress_rp_nested;
+    PERFORM redpacket.rp_create_activity(3.00, 2, name => 'inner');
+    RETURN 'outer';
+END $$;
+ALTER TABLE redpacket.reconcile_state ADD COLUMN tag text;
+ALTER TABLE redpacket.reconcile_state ALTER COLUMN tag SET DEFAULT public.rp_test_nested();
+SET rp_test.nested = 'armed';
+SET client_min_messages = debug1;
+SELECT redpacket.rp_create_activity(4.00, 2, name => 'outer') AS outer_id \gset
+RESET client_min_messages;
+SELECT current_setting('rp_test.nested') AS nested;
+SELECT a.name, r.tag FROM redpacket.reconcile_state r JOIN redpacket.activity a ON a.id = r.activity_id
+ WHERE a.id >= :outer_id - 1 AND a.name IN ('inner', 'outer') ORDER BY a.name;
+ALTER TABLE redpacket.reconcile_state DROP COLUMN tag;
+DROP FUNCTION public.rp_test_nested();
+REVOKE SELECT ON redpacket.ledger FROM regress_rp_nested;
+DROP ROLE regress_rp_nested;
+SELECT a.name, a.total, count(s.*) AS stripes, sum(s.balance) AS balance
+  FROM redpacket.activity a JOIN redpacket.stripe s ON s.activity_id = a.id
+ WHERE a.id >= :outer_id - 1 AND a.name IN ('inner', 'outer')
+ GROUP BY a.name, a.total ORDER BY a.name;
 
 -- A trigger on one of the four tables: the SQL statement runs, and fires it.
 CREATE FUNCTION public.rp_test_seen() RETURNS trigger LANGUAGE plpgsql AS $$

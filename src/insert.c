@@ -23,10 +23,12 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/acl.h"
@@ -41,9 +43,9 @@
 /* What insert.c learned of a target's table, for one catalog generation. */
 typedef struct RpInsertShape
 {
-	uint64		generation;		/* 0: not built */
+	uint64		generation;
 	bool		usable;
-	MemoryContext cxt;			/* holds what follows */
+	MemoryContext cxt;			/* holds this struct and what follows */
 	AttrNumber	att[RP_INSERT_MAXCOLS]; /* of the target's names */
 	int			natts;
 	Expr	  **defaults;		/* per attribute: its default (NULL: none) */
@@ -54,9 +56,30 @@ typedef struct RpInsertShape
 	bool	   *check_planned;
 } RpInsertShape;
 
+/* A function an administrator could replace: not one of the built-in ones. */
+static bool
+UserFunction(Oid func, void *context)
+{
+	return func >= FirstUnpinnedObjectId;
+}
+
+/* Whether the expression calls a user-defined function anywhere. */
+static bool
+CallsUserFunction(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, UserFunction, context))
+		return true;
+	return expression_tree_walker(node, CallsUserFunction, context);
+}
+
 /*
  * An expression of the catalog, planned when its plan depends on nothing
- * but built-in objects (planned false: parsed only).
+ * but built-in objects (planned false: parsed only).  A user function
+ * could be inlined or, when immutable, folded into a constant, and
+ * CREATE OR REPLACE of it invalidates nothing of ours; a domain's
+ * constraints change with ALTER DOMAIN (the planner reports that one).
  */
 static Expr *
 Prepared(Node *parsed, bool *planned)
@@ -68,6 +91,8 @@ Prepared(Node *parsed, bool *planned)
 	*planned = false;
 	if (parsed == NULL)
 		return NULL;
+	if (CallsUserFunction(parsed, NULL))
+		return (Expr *) parsed;
 	plan = expression_planner_with_deps((Expr *) copyObject(parsed), &relations, &items);
 	if (items != NIL)
 		return (Expr *) parsed;
@@ -82,7 +107,10 @@ Compiled(Expr *expr, bool planned)
 	return ExecInitExpr(planned ? expr : expression_planner(copyObject(expr)), NULL);
 }
 
-/* The named columns exist with their types and no typmod (no coercion). */
+/*
+ * The named columns exist with their types and no typmod (no coercion),
+ * and INSERT may set the given ones (not GENERATED ALWAYS AS IDENTITY).
+ */
 static bool
 FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
 {
@@ -94,7 +122,8 @@ FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
 			Form_pg_attribute fa = TupleDescAttr(desc, a);
 
 			if (!fa->attisdropped && strcmp(NameStr(fa->attname), t->names[c]) == 0 &&
-				fa->atttypid == t->types[c] && fa->atttypmod == -1)
+				fa->atttypid == t->types[c] && fa->atttypmod == -1 &&
+				!(c < t->ngiven && fa->attidentity == ATTRIBUTE_IDENTITY_ALWAYS))
 				att[c] = fa->attnum;
 		}
 		if (att[c] == InvalidAttrNumber)
@@ -144,28 +173,35 @@ ShapeBuild(const RpInsertTarget *t, RpInsertShape *s, Relation rel)
 	return true;
 }
 
-/* The shape of t's table for this generation, built when it moved. */
+/*
+ * The shape of t's table for this generation, built when it moved.  A
+ * shape is never changed once built: a call still using the one it
+ * replaces (an outer creation, when a column default's function creates an
+ * activity) keeps it until the end of the transaction.
+ */
 static RpInsertShape *
 ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
 {
 	RpInsertShape *s = t->shape;
+	MemoryContext cxt;
 	MemoryContext old;
 
-	if (s == NULL)
-	{
-		s = MemoryContextAllocZero(TopMemoryContext, sizeof(RpInsertShape));
-		s->cxt = AllocSetContextCreate(TopMemoryContext, "redpacket insert shape",
-									   ALLOCSET_SMALL_SIZES);
-		t->shape = s;
-	}
-	if (s->generation == generation)
+	if (s != NULL && s->generation == generation)
 		return s;
-	MemoryContextReset(s->cxt);
-	s->generation = 0;
-	old = MemoryContextSwitchTo(s->cxt);
+	if (s != NULL)
+		MemoryContextSetParent(s->cxt, TopTransactionContext);
+	t->shape = NULL;
+	/* built under the transaction, so that an error frees it */
+	cxt = AllocSetContextCreate(TopTransactionContext, "redpacket insert shape",
+								ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	s = palloc0(sizeof(RpInsertShape));
+	s->cxt = cxt;
 	s->usable = ShapeBuild(t, s, rel);
 	MemoryContextSwitchTo(old);
+	MemoryContextSetParent(cxt, TopMemoryContext);
 	s->generation = generation;
+	t->shape = s;
 	return s;
 }
 
@@ -217,8 +253,9 @@ OpenOne(RpInserter *ins, RpInsertTarget *t, uint64 generation)
 	ins->targets[ins->ntargets] = t;
 	ins->rris[ins->ntargets] = rri;
 	ins->slots[ins->ntargets] = table_slot_create(rel, &ins->estate->es_tupleTable);
-	ins->ntargets++;
 	s = ShapeReady(t, rel, generation);
+	ins->shapes[ins->ntargets] = s;
+	ins->ntargets++;
 	return s->usable && PlainForInsert(rel) && PermittedInsert(rel, t->returning);
 }
 
@@ -275,7 +312,7 @@ TupleTableSlot *
 RpInsertRow(RpInserter *ins, int i, const Datum *values, const bool *isnull)
 {
 	RpInsertTarget *t = ins->targets[i];
-	RpInsertShape *s = t->shape;
+	RpInsertShape *s = ins->shapes[i];
 	TupleTableSlot *slot = ins->slots[i];
 	ExprContext *econtext = GetPerTupleExprContext(ins->estate);
 
@@ -299,7 +336,7 @@ RpInsertRow(RpInserter *ins, int i, const Datum *values, const bool *isnull)
 Datum
 RpInsertedValue(RpInserter *ins, int i, int c, bool *isnull)
 {
-	return slot_getattr(ins->slots[i], ins->targets[i]->shape->att[c], isnull);
+	return slot_getattr(ins->slots[i], ins->shapes[i]->att[c], isnull);
 }
 
 void

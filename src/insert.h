@@ -45,6 +45,7 @@ typedef struct RpInserter
 	RpInsertTarget *targets[RP_INSERT_MAXTARGETS];
 	ResultRelInfo *rris[RP_INSERT_MAXTARGETS];
 	TupleTableSlot *slots[RP_INSERT_MAXTARGETS];
+	struct RpInsertShape *shapes[RP_INSERT_MAXTARGETS];
 	bool		snapshot_pushed;
 } RpInserter;
 
