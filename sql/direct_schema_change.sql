@@ -4,6 +4,8 @@
 -- the path the instance is configured for (direct by default; test/run_all.sh
 -- reruns with redpacket.direct_claims = off); the expected output is the SQL
 -- statement's behaviour.
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/helpers.sql
 \set VERBOSITY terse
 
 -- 1. A column typmod: amount declared numeric(20,4) (every scale fits; the
@@ -44,4 +46,14 @@ SELECT status FROM redpacket.rp_claim(:p, 'part1', 1.00);
 SELECT count(*) AS outside_bounds FROM redpacket.claim WHERE activity_id >= :p;
 ALTER TABLE public.claims_all DETACH PARTITION redpacket.claim;
 DROP TABLE public.claims_all;
+
+-- 4. An identity column GENERATED ALWAYS where the claim sets a value (the
+-- stripe it was paid from).  INSERT refuses a value for one (428C9); the
+-- claim is not written with the value set behind the identity's back.
+SELECT redpacket.rp_create_activity(100.00, stripes => 1) AS g \gset
+ALTER TABLE redpacket.claim ALTER COLUMN stripe ADD GENERATED ALWAYS AS IDENTITY;
+SELECT pg_temp.err(format($$SELECT status FROM redpacket.rp_claim(%s, 'ident1', 1.00)$$, :g)) AS refused;
+SELECT count(*) AS claims_written FROM redpacket.claim WHERE activity_id = :g;
+ALTER TABLE redpacket.claim ALTER COLUMN stripe DROP IDENTITY;
+SELECT status FROM redpacket.rp_claim(:g, 'ident1', 1.00);
 \set VERBOSITY default

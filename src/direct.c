@@ -61,6 +61,7 @@
 
 #include "catalog.h"
 #include "fast.h"
+#include "insert.h"
 #include "rules.h"
 #include "stripe.h"
 
@@ -156,9 +157,8 @@ FindColumns(Relation rel, const char *const *names, const Oid *types, int n,
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, a);
 
-			/* a typmod would make the SQL coerce the value: not plain */
-			if (!att->attisdropped && strcmp(NameStr(att->attname), names[i]) == 0 &&
-				att->atttypid == types[i] && att->atttypmod == -1)
+			/* written or updated, each one (the keys too: the safe side) */
+			if (RpColumnIs(att, names[i], types[i], true))
 				out[i] = att->attnum;
 		}
 		if (out[i] != InvalidAttrNumber)
@@ -415,42 +415,21 @@ TablesStill(uint64 generation)
 
 /*
  * Whether the opened tables are written exactly as the SQL statement would
- * write them: no user trigger or rule that the SQL would fire, no row-level
- * security, no generated columns.  Checked on every call (the relcache
- * entries are at hand), so a trigger created or dropped is seen at once.
+ * write them (insert.h's rules), with no trigger on UPDATE of stripe
+ * either.  Checked on every call (the relcache entries are at hand), so a
+ * trigger created or dropped is seen at once.
  */
 static bool
 PlainTables(Relation claim, Relation stripe)
 {
-	TriggerDesc *ct = claim->trigdesc;
 	TriggerDesc *st = stripe->trigdesc;
-	TupleConstr *cc = RelationGetDescr(claim)->constr;
-	TupleConstr *sc = RelationGetDescr(stripe)->constr;
 
-	if (ct && (ct->trig_insert_before_row || ct->trig_insert_after_row ||
-			   ct->trig_insert_instead_row || ct->trig_insert_before_statement ||
-			   ct->trig_insert_after_statement || ct->trig_insert_new_table))
-		return false;
 	if (st && (st->trig_update_before_row || st->trig_update_after_row ||
 			   st->trig_update_instead_row || st->trig_update_before_statement ||
 			   st->trig_update_after_statement || st->trig_update_old_table ||
 			   st->trig_update_new_table))
 		return false;
-	if (claim->rd_rel->relhasrules || stripe->rd_rel->relhasrules ||
-		claim->rd_rel->relrowsecurity || stripe->rd_rel->relrowsecurity)
-		return false;
-
-	/*
-	 * The SQL reads a table with its inheritance children (the duplicate
-	 * check must see a claim kept in a child) and checks a partition's
-	 * constraint on insert.
-	 */
-	if (claim->rd_rel->relhassubclass || stripe->rd_rel->relhassubclass ||
-		claim->rd_rel->relispartition || stripe->rd_rel->relispartition)
-		return false;
-	if ((cc && cc->has_generated_stored) || (sc && sc->has_generated_stored))
-		return false;
-	return true;
+	return RpPlainTable(claim) && RpPlainTable(stripe) && RpNoInsertTriggers(claim);
 }
 
 /*
@@ -461,36 +440,8 @@ PlainTables(Relation claim, Relation stripe)
 static bool
 Permitted(Relation claim, Relation stripe)
 {
-	Oid			user = GetUserId();
-
-	return pg_class_aclmask(RelationGetRelid(claim), user, ACL_INSERT | ACL_SELECT,
-							ACLMASK_ALL) == (ACL_INSERT | ACL_SELECT) &&
-		pg_class_aclmask(RelationGetRelid(stripe), user, ACL_UPDATE | ACL_SELECT,
-						 ACLMASK_ALL) == (ACL_UPDATE | ACL_SELECT);
-}
-
-/* One table written by the direct path, with its indexes open. */
-static ResultRelInfo *
-OpenTarget(Oid relid)
-{
-	Relation	rel = try_relation_open(relid, RowExclusiveLock);
-	ResultRelInfo *rri;
-
-	if (rel == NULL)
-		return NULL;			/* dropped while the cache was built */
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
-	return rri;
-}
-
-static void
-CloseTarget(ResultRelInfo *rri)
-{
-	if (rri == NULL)
-		return;
-	ExecCloseIndices(rri);
-	table_close(rri->ri_RelationDesc, NoLock);
+	return RpPermitted(claim, ACL_INSERT | ACL_SELECT) &&
+		RpPermitted(stripe, ACL_UPDATE | ACL_SELECT);
 }
 
 /*
@@ -829,8 +780,8 @@ RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 
 	estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	claim = OpenTarget(dc->claim);
-	stripes = claim ? OpenTarget(dc->stripe) : NULL;
+	claim = RpOpenTarget(dc->claim);
+	stripes = claim ? RpOpenTarget(dc->stripe) : NULL;
 
 	/*
 	 * Taking the tables' locks may have waited for an ALTER and processed
@@ -855,8 +806,8 @@ RpDirectTake(const RpActivity *act, int stripe, RpFastClaim *fc)
 		ereport(DEBUG1,
 				(errmsg_internal("redpacket: claim takes the SPI path: redpacket.claim or redpacket.stripe changed, or has triggers, rules, row security, inheritance or generated columns, or a privilege is missing")));
 	ExecResetTupleTable(estate->es_tupleTable, false);
-	CloseTarget(stripes);
-	CloseTarget(claim);
+	RpCloseTarget(stripes);
+	RpCloseTarget(claim);
 	MemoryContextSwitchTo(old);
 	FreeExecutorState(estate);
 	return result;

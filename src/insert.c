@@ -107,10 +107,15 @@ Compiled(Expr *expr, bool planned)
 	return ExecInitExpr(planned ? expr : expression_planner(copyObject(expr)), NULL);
 }
 
-/*
- * The named columns exist with their types and no typmod (no coercion),
- * and INSERT may set the given ones (not GENERATED ALWAYS AS IDENTITY).
- */
+bool
+RpColumnIs(Form_pg_attribute fa, const char *name, Oid type, bool set)
+{
+	return !fa->attisdropped && strcmp(NameStr(fa->attname), name) == 0 &&
+		fa->atttypid == type && fa->atttypmod == -1 &&
+		!(set && fa->attidentity == ATTRIBUTE_IDENTITY_ALWAYS);
+}
+
+/* The named columns exist, as RpColumnIs says. */
 static bool
 FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
 {
@@ -121,9 +126,7 @@ FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
 		{
 			Form_pg_attribute fa = TupleDescAttr(desc, a);
 
-			if (!fa->attisdropped && strcmp(NameStr(fa->attname), t->names[c]) == 0 &&
-				fa->atttypid == t->types[c] && fa->atttypmod == -1 &&
-				!(c < t->ngiven && fa->attidentity == ATTRIBUTE_IDENTITY_ALWAYS))
+			if (RpColumnIs(fa, t->names[c], t->types[c], c < t->ngiven))
 				att[c] = fa->attnum;
 		}
 		if (att[c] == InvalidAttrNumber)
@@ -205,58 +208,75 @@ ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
 	return s;
 }
 
-/*
- * Whether an INSERT into rel would do no more than the simple-relation
- * insert: no trigger on INSERT (foreign keys are triggers too), no rule,
- * no row security, no inheritance or partitioning, no generated column.
- */
-static bool
-PlainForInsert(Relation rel)
+bool
+RpPlainTable(Relation rel)
 {
-	TriggerDesc *td = rel->trigdesc;
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 
-	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relhasrules ||
-		rel->rd_rel->relrowsecurity || rel->rd_rel->relhassubclass ||
-		rel->rd_rel->relispartition)
-		return false;
-	if (td && (td->trig_insert_before_row || td->trig_insert_after_row ||
-			   td->trig_insert_instead_row || td->trig_insert_before_statement ||
-			   td->trig_insert_after_statement || td->trig_insert_new_table))
-		return false;
-	return constr == NULL || !RpHasGenerated(constr);
+	return rel->rd_rel->relkind == RELKIND_RELATION && !rel->rd_rel->relhasrules &&
+		!rel->rd_rel->relrowsecurity && !rel->rd_rel->relhassubclass &&
+		!rel->rd_rel->relispartition && (constr == NULL || !RpHasGenerated(constr));
 }
 
-/* The privileges the SQL would need; without them the SQL raises the error. */
-static bool
-PermittedInsert(Relation rel, bool returning)
+bool
+RpNoInsertTriggers(Relation rel)
 {
-	AclMode		need = ACL_INSERT | (returning ? ACL_SELECT : 0);
+	TriggerDesc *td = rel->trigdesc;
 
+	return td == NULL ||
+		!(td->trig_insert_before_row || td->trig_insert_after_row ||
+		  td->trig_insert_instead_row || td->trig_insert_before_statement ||
+		  td->trig_insert_after_statement || td->trig_insert_new_table);
+}
+
+bool
+RpPermitted(Relation rel, AclMode need)
+{
 	return pg_class_aclmask(RelationGetRelid(rel), GetUserId(), need, ACLMASK_ALL) == need;
+}
+
+ResultRelInfo *
+RpOpenTarget(Oid relid)
+{
+	Relation	rel = OidIsValid(relid) ? try_relation_open(relid, RowExclusiveLock) : NULL;
+	ResultRelInfo *rri;
+
+	if (rel == NULL)
+		return NULL;			/* dropped since it was named */
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	return rri;
+}
+
+void
+RpCloseTarget(ResultRelInfo *rri)
+{
+	if (rri == NULL)
+		return;
+	ExecCloseIndices(rri);
+	table_close(rri->ri_RelationDesc, NoLock);
 }
 
 /* Open target i; false when it cannot be written here. */
 static bool
 OpenOne(RpInserter *ins, RpInsertTarget *t, uint64 generation)
 {
-	Oid			relid = RpRelid(t->rel);
-	Relation	rel = OidIsValid(relid) ? try_relation_open(relid, RowExclusiveLock) : NULL;
-	ResultRelInfo *rri;
+	ResultRelInfo *rri = RpOpenTarget(RpRelid(t->rel));
+	Relation	rel;
 	RpInsertShape *s;
 
-	if (rel == NULL)
+	if (rri == NULL)
 		return false;
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
+	rel = rri->ri_RelationDesc;
 	ins->targets[ins->ntargets] = t;
 	ins->rris[ins->ntargets] = rri;
 	ins->slots[ins->ntargets] = table_slot_create(rel, &ins->estate->es_tupleTable);
 	s = ShapeReady(t, rel, generation);
 	ins->shapes[ins->ntargets] = s;
 	ins->ntargets++;
-	return s->usable && PlainForInsert(rel) && PermittedInsert(rel, t->returning);
+	return s->usable && RpPlainTable(rel) && RpNoInsertTriggers(rel) &&
+		RpPermitted(rel, ACL_INSERT | (t->returning ? ACL_SELECT : 0));
 }
 
 bool
@@ -348,10 +368,7 @@ RpInsertEnd(RpInserter *ins)
 		PopActiveSnapshot();
 	ExecResetTupleTable(ins->estate->es_tupleTable, false);
 	for (int i = 0; i < ins->ntargets; i++)
-	{
-		ExecCloseIndices(ins->rris[i]);
-		table_close(ins->rris[i]->ri_RelationDesc, NoLock);
-	}
+		RpCloseTarget(ins->rris[i]);
 	MemoryContextSwitchTo(ins->caller_cxt);
 	FreeExecutorState(ins->estate);
 	ins->estate = NULL;

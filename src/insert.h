@@ -69,4 +69,32 @@ extern Datum RpInsertedValue(RpInserter *ins, int i, int c, bool *isnull);
 
 extern void RpInsertEnd(RpInserter *ins);
 
+/*
+ * The rules by which any writer of our tables through the executor (the
+ * fast claim too) decides that it writes a table as SQL would.
+ */
+
+/*
+ * A plain table: no rule, row security, inheritance, partitioning or
+ * generated column.  Triggers are the caller's to check, for what it does.
+ */
+extern bool RpPlainTable(Relation rel);
+
+/* No trigger on INSERT (a foreign key is one). */
+extern bool RpNoInsertTriggers(Relation rel);
+
+/* The current user has the privileges need on rel (the SQL's checks). */
+extern bool RpPermitted(Relation rel, AclMode need);
+
+/*
+ * A column as the caller names it: its name and type with no typmod (the
+ * SQL would coerce), and, when the caller sets it, not GENERATED ALWAYS AS
+ * IDENTITY (INSERT and UPDATE refuse a value for one).
+ */
+extern bool RpColumnIs(Form_pg_attribute fa, const char *name, Oid type, bool set);
+
+/* rel opened for writing with its indexes (NULL: dropped), and closed. */
+extern ResultRelInfo *RpOpenTarget(Oid relid);
+extern void RpCloseTarget(ResultRelInfo *rri);
+
 #endif							/* RP_INSERT_H */
