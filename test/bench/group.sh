@@ -3,8 +3,16 @@
 # many small activities, each created, claimed out and expired within
 # seconds, and the reconciler keeping up with them.
 #
-# On a throwaway cluster (the benchmark's durable settings), side by side,
-# GROUP_CLIENTS clients, GROUP_SECONDS each (after a warm-up):
+# On a throwaway cluster (the benchmark's durable settings), first the
+# sustained run: GROUP_SUSTAIN seconds of group_redpacket (below) at
+# GROUP_SUSTAIN_CLIENTS clients with redpacket.reconcile_interval =
+# GROUP_INTERVAL, sampling every GROUP_SAMPLE seconds the activities created
+# more than GROUP_LAG seconds earlier and never checked, and those that ended
+# more than GROUP_LAG seconds earlier and are still unsettled; after the
+# load, how long until both are 0, and a full rp_reconcile.  Then, with the
+# reconciler paused so that these compare the claim engine and the plain SQL
+# only, side by side, GROUP_CLIENTS clients, GROUP_SECONDS each (after a
+# warm-up of GROUP_WARMUP seconds):
 #   group_redpacket   a pgbench transaction creates a 10-packet lucky draw of
 #                     20.00 ending 20 s later (rp_create_activity) and makes
 #                     its 10 claims (rp_claim, new users)
@@ -13,14 +21,12 @@
 #                     the claim (bench.packet, bench.claim)
 #   create_redpacket  rp_create_activity of a 10-packet lucky draw alone
 #   create_plain      the INSERT of a packet row alone
-# with the reconciler paused, so that these compare the claim engine and the
-# plain SQL only.  Every run is checked: every packet paid out, its money
-# adding up.  Then the sustained run: GROUP_SUSTAIN seconds of group_redpacket
-# at GROUP_SUSTAIN_CLIENTS clients with redpacket.reconcile_interval =
-# GROUP_INTERVAL, sampling every GROUP_SAMPLE seconds the activities created
-# more than GROUP_LAG seconds earlier and never checked, and those that ended
-# more than GROUP_LAG seconds earlier and are still unsettled; after the
-# load, how long until both are 0, and a full rp_reconcile.
+# Each pair runs a warm-up round (not counted: the first run on a new
+# cluster pays for touching its shared memory), then GROUP_ROUNDS rounds
+# alternating which goes first; a workload's figure is its median round, so
+# that a burst of autovacuum or a neighbour's load in one run does not
+# decide the ratio.  Every run is checked: every packet paid out, its money
+# adding up.
 #
 # Targets: group_redpacket >= 0.9x group_plain packets/s; both lag counts 0
 # at every sample after the first GROUP_LAG seconds; create_redpacket within
@@ -28,6 +34,7 @@
 # group_meta.csv} and re-renders results.md unless BENCH_NO_REPORT=1.
 #
 # Environment: GROUP_CLIENTS (32), GROUP_SECONDS (15), GROUP_WARMUP (3),
+# GROUP_ROUNDS (3; 1 with BENCH_QUICK=1),
 # GROUP_SUSTAIN (60), GROUP_SUSTAIN_CLIENTS (16), GROUP_INTERVAL (5),
 # GROUP_SAMPLE (5), GROUP_LAG (10), GROUP_ONLY ("throughput sustain": one of
 # them), BENCH_QUICK=1 (5 s runs, a 30 s sustained run), BENCH_KEEP=1,
@@ -43,9 +50,11 @@ bench_drop_root group.sh "$@"
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     SECS=${GROUP_SECONDS:-5}
     SUSTAIN=${GROUP_SUSTAIN:-30}
+    ROUNDS=${GROUP_ROUNDS:-1}
 else
     SECS=${GROUP_SECONDS:-15}
     SUSTAIN=${GROUP_SUSTAIN:-60}
+    ROUNDS=${GROUP_ROUNDS:-3}
 fi
 CLIENTS=${GROUP_CLIENTS:-32}
 WARM=${GROUP_WARMUP:-3}
@@ -140,71 +149,60 @@ window() {
                   printf "%d %.3f %.3f\n", n, v[i50] / 1000, v[i99] / 1000 }'
 }
 
-echo "workload,clients,seconds,transactions,packets_per_s,p50_ms,p99_ms,invariants" >"$BENCH_DIR/group.csv"
-declare -A RATE=()
-# run WORKLOAD PACKETS_PER_TRANSACTION
+declare -A RATE=() ROUND_LINES=() FAILED=()
+# run WORKLOAD PACKETS_PER_TRANSACTION ROUND: one timed run, its line kept
+# as "rate transactions p50 p99"
 run() {
-    local w=$1 per=$2 log="$BENCH_DIR/log/$1" rc=0 n p50 p99 rate
+    local w=$1 per=$2 round=$3 log="$BENCH_DIR/log/$1.$3" rc=0 n p50 p99 rate
     bench_psql -c CHECKPOINT
-    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$JOBS" -T $((SECS + WARM + 2)) -D n=0 \
+    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$JOBS" -T $((SECS + WARM + 2)) -D n=$((round * 100000000)) \
         -f "$BENCH_DIR/$w.pgbench" --log --log-prefix="$log" >"$log.out" 2>&1 || rc=$?
     read -r n p50 p99 < <(cat "$log".[0-9]* 2>/dev/null | window)
     rm -f "$log".[0-9]*
     rate=$(awk -v n="$n" -v k="$per" -v s="$SECS" 'BEGIN { printf "%.0f", n * k / s }')
-    RATE[$w]=$rate
-    printf '%-17s clients %-3s %7s packets/s  p50 %8s ms  p99 %8s ms  (%s transactions measured)\n' \
-        "$w" "$CLIENTS" "$rate" "$p50" "$p99" "$n"
+    printf '%-17s clients %-3s %7s packets/s  p50 %8s ms  p99 %8s ms  (%s transactions measured; round %s)\n' \
+        "$w" "$CLIENTS" "$rate" "$p50" "$p99" "$n" "$round"
     if [ "$rc" -ne 0 ] || grep -q 'aborted\|^number of failed transactions: [1-9]' "$log.out"; then
         fail "pgbench $w: exit $rc"
         grep -v '^progress' "$log.out" | tail -n 10 | sed 's/^/        /'
-        echo "$w,$CLIENTS,$SECS,$n,$rate,$p50,$p99,FAIL" >>"$BENCH_DIR/group.csv"
-        return
+        FAILED[$w]=1
     fi
-    echo "$w,$CLIENTS,$SECS,$n,$rate,$p50,$p99,PASS" >>"$BENCH_DIR/group.csv"
+    [ "$round" -eq 0 ] || ROUND_LINES[$w]+="$rate $n $p50 $p99"$'\n'
 }
 
-if want throughput; then
-    echo
-    echo "-- side by side, reconciler paused"
-    run group_redpacket 10
-    out=$(bench_psql -At -F'|' -c "
-        SELECT count(*), count(*) FILTER (WHERE s.claims <> 10 OR s.packets <> 0 OR s.balance <> 0),
-               count(*) FILTER (WHERE c.n <> 10 OR c.amount <> 20.00)
-          FROM redpacket.activity a
-         CROSS JOIN LATERAL (SELECT sum(claims) AS claims, sum(packets) AS packets, sum(balance) AS balance
-                               FROM redpacket.stripe x WHERE x.activity_id = a.id) s
-         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(amount) AS amount
-                               FROM redpacket.claim x WHERE x.activity_id = a.id) c")
-    IFS='|' read -r acts bad_stripes bad_claims <<<"$out"
-    if [ "$bad_stripes" = 0 ] && [ "$bad_claims" = 0 ] && [ "$acts" -gt 0 ]; then
-        pass "group_redpacket: $acts activities, each 10 claims adding up to 20.00, every stripe empty"
-    else
-        fail "group_redpacket: of $acts activities, $bad_stripes with stripes not empty, $bad_claims with claims not 10 adding up to 20.00"
-    fi
-    run group_plain 10
-    out=$(bench_psql -At -F'|' -c "
-        SELECT count(*), count(*) FILTER (WHERE p.packets_left <> 0 OR p.remaining <> 0 OR c.n <> 10 OR c.amount <> 20.00)
-          FROM bench.packet p
-         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(amount) AS amount
-                               FROM bench.claim x WHERE x.activity_id = p.id) c")
-    IFS='|' read -r acts bad <<<"$out"
-    if [ "$bad" = 0 ] && [ "$acts" -gt 0 ]; then
-        pass "group_plain: $acts packets, each 10 claims adding up to 20.00"
-    else
-        fail "group_plain: $bad of $acts packets do not add up"
-    fi
-    run create_redpacket 1
-    run create_plain 1
-fi
+# pair A B PER: a warm-up round (round 0, not counted: the first run on a
+# new cluster pays for touching its shared memory), then ROUNDS rounds of A
+# and B, alternating which runs first
+pair() {
+    local r
+    for r in $(seq 0 "$ROUNDS"); do
+        if [ $((r % 2)) -eq 0 ]; then run "$1" "$3" "$r"; run "$2" "$3" "$r"
+        else run "$2" "$3" "$r"; run "$1" "$3" "$r"; fi
+    done
+}
 
+# the median round of each workload into RATE and group.csv
+medians() {
+    local w rate n p50 p99
+    for w in "$@"; do
+        read -r rate n p50 p99 < <(printf '%s' "${ROUND_LINES[$w]}" | sort -n |
+                                   awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }')
+        RATE[$w]=$rate
+        [ "$ROUNDS" -eq 1 ] ||
+            printf '%-17s median of %s rounds: %s packets/s\n' "$w" "$ROUNDS" "$rate"
+        echo "$w,$CLIENTS,$SECS,$n,$rate,$p50,$p99,$([ -n "${FAILED[$w]:-}" ] && echo FAIL || echo PASS)" \
+            >>"$BENCH_DIR/group.csv"
+    done
+}
+
+echo "workload,clients,seconds,transactions,packets_per_s,p50_ms,p99_ms,invariants" >"$BENCH_DIR/group.csv"
 echo "second,activities,never_checked,expired_unsettled,last_pass_s_ago,last_pass_activities,last_pass_ms" >"$BENCH_DIR/group_lag.csv"
 if want sustain; then
     echo
     echo "-- sustained: $SCLIENTS clients x ${SUSTAIN} s, reconcile_interval = $INTERVAL"
     bench_psql -c "ALTER SYSTEM SET redpacket.reconcile_interval = $INTERVAL" -c "SELECT pg_reload_conf()" >/dev/null
-    # a clean start: everything so far checked and settled, the counts from now
-    # (the side-by-side runs left their activities, ending within 20 s,
-    # unchecked: the reconciler was paused)
+    # a clean start: anything open checked and settled, the counts from now
+    # (it runs first, so that the side-by-side runs leave it no backlog)
     bench_psql -At -c "SELECT pg_sleep(GREATEST(0, extract(epoch FROM max(ends_at) - now())) + 1)
                          FROM redpacket.activity WHERE closed_at IS NULL" >/dev/null
     bench_psql -c "CALL redpacket.rp_reconcile_strict(false, '5 min')" >/dev/null
@@ -262,6 +260,42 @@ if want sustain; then
     if [ "$bad" = 0 ]; then pass "a full rp_reconcile afterwards: every check ok"; else fail "a full rp_reconcile: $bad checks not ok"; fi
     n_bad=$(bench_psql -At -c "SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok")
     [ "$n_bad" = 0 ] && pass "no check of the worker failed" || fail "$n_bad checks of the worker failed"
+    # the side-by-side runs compare the claim engine and plain SQL alone
+    bench_psql -c "ALTER SYSTEM SET redpacket.reconcile_interval = 0" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+
+if want throughput; then
+    echo
+    echo "-- side by side, reconciler paused, $ROUNDS round(s) alternating"
+    pair group_redpacket group_plain 10
+    medians group_redpacket group_plain
+    out=$(bench_psql -At -F'|' -c "
+        SELECT count(*), count(*) FILTER (WHERE s.claims <> 10 OR s.packets <> 0 OR s.balance <> 0),
+               count(*) FILTER (WHERE c.n <> 10 OR c.amount <> 20.00)
+          FROM redpacket.activity a
+         CROSS JOIN LATERAL (SELECT sum(claims) AS claims, sum(packets) AS packets, sum(balance) AS balance
+                               FROM redpacket.stripe x WHERE x.activity_id = a.id) s
+         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(amount) AS amount
+                               FROM redpacket.claim x WHERE x.activity_id = a.id) c")
+    IFS='|' read -r acts bad_stripes bad_claims <<<"$out"
+    if [ "$bad_stripes" = 0 ] && [ "$bad_claims" = 0 ] && [ "$acts" -gt 0 ]; then
+        pass "group_redpacket: $acts activities, each 10 claims adding up to 20.00, every stripe empty"
+    else
+        fail "group_redpacket: of $acts activities, $bad_stripes with stripes not empty, $bad_claims with claims not 10 adding up to 20.00"
+    fi
+    out=$(bench_psql -At -F'|' -c "
+        SELECT count(*), count(*) FILTER (WHERE p.packets_left <> 0 OR p.remaining <> 0 OR c.n <> 10 OR c.amount <> 20.00)
+          FROM bench.packet p
+         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(amount) AS amount
+                               FROM bench.claim x WHERE x.activity_id = p.id) c")
+    IFS='|' read -r acts bad <<<"$out"
+    if [ "$bad" = 0 ] && [ "$acts" -gt 0 ]; then
+        pass "group_plain: $acts packets, each 10 claims adding up to 20.00"
+    else
+        fail "group_plain: $bad of $acts packets do not add up"
+    fi
+    pair create_redpacket create_plain 1
+    medians create_redpacket create_plain
 fi
 
 CHECKS=$((CHECKS + 1))
@@ -281,6 +315,7 @@ cp "$BENCH_DIR/group.csv" "$BENCH_DIR/group_lag.csv" "$BENCH_RESULTS/"
     echo "git,$BENCH_GIT_REV"
     echo "clients,$CLIENTS"
     echo "seconds,$SECS"
+    echo "rounds,$ROUNDS"
     echo "sustain_clients,$SCLIENTS"
     echo "sustain_seconds,$SUSTAIN"
     echo "interval,$INTERVAL"

@@ -424,7 +424,8 @@ plot() {
         echo "Many small activities: a pgbench transaction creates a 10-packet lucky draw of 20.00"
         echo "ending 20 s later and makes its 10 claims, against the same in plain SQL (a packet"
         echo "row, 10 conditional UPDATE ... RETURNING feeding an INSERT), $(gmeta clients) clients,"
-        echo "$(gmeta seconds) s each, reconciler paused; creation alone against a plain insert."
+        echo "$(gmeta seconds) s each, reconciler paused; creation alone against a plain insert; each"
+        echo "figure the median of $(gmeta rounds) rounds alternating which side runs first, after a warm-up round."
         echo "Run $(gmeta date), git $(gmeta git), load average at the end $(gmeta load_at_end)."
         echo
         echo "| workload | clients | packets/s (creations/s) | p50 ms | p99 ms | checked |"
