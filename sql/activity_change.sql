@@ -5,7 +5,7 @@
 -- tests show those).  A call that changes nothing records nothing; a change
 -- rolled back leaves no row; the table is append-only.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(6.00, packets => 3, starts_at => '2020-01-01', stripes => 2,
                                     name => 'changes') AS a \gset

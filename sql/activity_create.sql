@@ -2,7 +2,7 @@
 -- funding in the ledger), the redpacket.stripes GUC, and every validation
 -- error, each of which must leave nothing behind.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- Everything an activity consists of, checked against its own row.
 CREATE FUNCTION pg_temp.shape(aid bigint)

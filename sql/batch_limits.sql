@@ -3,7 +3,7 @@
 -- the shared lock table (53200); a batch over the documented maximum is
 -- refused up front (54000) with nothing written.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(1000.00, stripes => 4) AS aid \gset
 

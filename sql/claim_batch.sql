@@ -2,7 +2,7 @@
 -- rp_claim for each; bad input anywhere (or arrays of different lengths)
 -- makes the whole call an error with nothing written.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- The same script on twin activities: one rp_claim at a time, and one batch.
 CREATE TEMP TABLE script (ord integer, user_id text, amount numeric);

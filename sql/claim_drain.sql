@@ -3,7 +3,7 @@
 -- remainder, then exhausted, for any stripe count, with and without packets.
 -- 100.00 claimed 0.07 at a time gives 1428 claims and leaves 0.04.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- Fund an activity, claim `step` `tries` times (one user each), then one
 -- claim per amount in `after`; report the status counts and the books.

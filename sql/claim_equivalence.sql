@@ -6,7 +6,7 @@
 -- books of the twins equal (lucky amounts are random: for lucky draws the
 -- claim and packet counts are compared, and each twin's books must balance).
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT setseed(0.1001);
 

@@ -1,7 +1,7 @@
 -- rp_claim bad input: each is an error with its SQLSTATE, and nothing is
 -- written.  Business outcomes are statuses; bad input never is.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, stripes => 4, name => 'plain') AS a \gset
 SELECT redpacket.rp_create_activity(10.00, packets => 5, stripes => 2, name => 'packets') AS p \gset

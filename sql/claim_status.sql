@@ -2,7 +2,7 @@
 -- ended, user_limit, exhausted, claimed.  A status other than claimed and
 -- duplicate carries no claim id, amount or time, and writes nothing.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- The enum holds exactly the statuses, in check order.
 SELECT enum_range(NULL::redpacket.claim_status);

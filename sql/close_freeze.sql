@@ -2,7 +2,7 @@
 -- ledger, once; later claims get ended (or duplicate).  rp_freeze and
 -- rp_unfreeze hold and release an activity without moving money.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- close after some claims -------------------------------------------------
 SELECT redpacket.rp_create_activity(10.00, stripes => 4, name => 'close') AS a \gset

@@ -6,7 +6,7 @@
 -- the test means the same when the whole suite runs with the switch off.  The
 -- DEBUG1 lines prove which way each creation went.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 SET redpacket.direct_claims = on;
 
 -- The same activity written both ways: the same rows but for ids and times.

@@ -5,7 +5,7 @@
 -- proves the path was taken; without it the test fails, so the direct path
 -- cannot silently stop being used.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(100.00, stripes => 2) AS a \gset
 -- the switch exists, is on by default, and only a superuser may change it

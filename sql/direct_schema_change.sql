@@ -5,7 +5,7 @@
 -- reruns with redpacket.direct_claims = off); the expected output is the SQL
 -- statement's behaviour.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 \set VERBOSITY terse
 
 -- 1. A column typmod: amount declared numeric(20,4) (every scale fits; the

@@ -5,7 +5,7 @@
 -- already made.  rp_activity_info answers eligible for one user.  Errors of
 -- every function, and what an unrestricted activity does (the default).
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- the default: unrestricted, everyone may claim ------------------------------
 SELECT redpacket.rp_create_activity(5.00, stripes => 2, name => 'open') AS o \gset

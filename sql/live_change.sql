@@ -5,7 +5,7 @@
 -- of activity_change; activity.total and activity.packets keep the creation
 -- values, activity_status and rp_activity_info show today's.  Errors of each.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 -- The stripes' balances (/packets), fullest first: which stripe pays a
 -- claim depends on the backend.
 CREATE FUNCTION pg_temp.stripes(aid bigint) RETURNS text LANGUAGE sql AS $$

@@ -4,7 +4,7 @@
 -- could get less than one unit; all packets sum to the total exactly; after
 -- the last packet, exhausted.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- Fund an activity with packets, draw every packet, then try once more, and
 -- check the draws, replayed in the order they were drawn (pg_temp.draws):

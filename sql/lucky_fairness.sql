@@ -8,14 +8,14 @@
 -- stripes; stripe i holds total/n units plus one if i < total%n, and
 -- packets/n packets plus one if i < packets%n.  With more than one stripe
 -- the amounts are drawn for the whole activity and dealt to the stripes in
--- blocks, and pg_temp.draws (sql/include/helpers.sql) puts the claims back
+-- blocks, and pg_temp.draws (test/sql/helpers.sql) puts the claims back
 -- in the order their amounts were drawn, with the activity's remaining units
 -- R and packets P before each draw.
 --
 -- Only booleans, counts and constants are printed, never a random amount.
 
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- Part 1: exact sums and bounds ---------------------------------------------
 

@@ -31,7 +31,7 @@
 -- Only booleans, counts and constants are printed, never a random amount.
 
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- The server's own default stripe count, not the one the test instance sets.
 LOAD 'redpacket';

@@ -6,7 +6,7 @@
 -- by rp_claim and by rp_claim_batch alike: it gets all of the 0.10, and the
 -- next draw is exhausted.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 CREATE FUNCTION pg_temp.last_packet(via text)
 RETURNS TABLE (fixed text, left_over text, split boolean, draw text, after text, balanced boolean)

@@ -2,7 +2,7 @@
 -- idempotency key is (activity, user, request_id), a retry returns the
 -- original claim, and a user never holds more than per_user_limit claims.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- fixed amounts, per_user_limit 3 ------------------------------------------
 SELECT redpacket.rp_create_activity(10.00, per_user_limit => 3, stripes => 4) AS a \gset

@@ -3,7 +3,7 @@
 -- recorded in redpacket.reconciliation; incremental (new_claims); a mismatch
 -- fails the pass and freezes the activity; expired activities are settled.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, packets => 10, stripes => 4, name => 'rc') AS a \gset
 SELECT status FROM redpacket.rp_claim(:a, 'alice', 1.00);

@@ -7,7 +7,7 @@
 -- way the functions that make it change the tables, and each tampered one
 -- the way a superuser could behind the extension's back.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, 10, stripes => 2, name => 'top up') AS a \gset
 SELECT count(*) FILTER (WHERE status = 'claimed') AS claimed

@@ -6,7 +6,7 @@
 -- sequence behind its table) is reported incomplete and nothing is written
 -- for it; while a restore is announced the pass writes nothing at all.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- NULL arguments ---------------------------------------------------------------
 SELECT pg_temp.err('SELECT * FROM redpacket.rp_reconcile(1, NULL)') AS null_full_check;

@@ -7,7 +7,7 @@
 -- (activity_change, kind repair), ends with a full check that must pass,
 -- and leaves the activity frozen until rp_unfreeze.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- An error's SQLSTATE, message and detail, activity ids masked.
 CREATE FUNCTION pg_temp.refusal(q text) RETURNS text LANGUAGE plpgsql AS $$

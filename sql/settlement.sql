@@ -4,7 +4,7 @@
 -- books (claims, stripes, packets) as if they had not been made, and their
 -- idempotency key stays taken.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 SET client_min_messages = warning;
 
 -- Run q and show its SQLSTATE and message, activity and claim ids masked;

@@ -3,7 +3,7 @@
 -- land; no subtransaction per claim; locks are transaction-scoped and kept
 -- out of the lock space of applications' pg_advisory_lock keys.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 -- Advisory locks this backend holds: all of them, and those an application
 -- could also take with pg_advisory_lock(bigint) (objsubid 1) or

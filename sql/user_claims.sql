@@ -2,7 +2,7 @@
 -- for the application role (rp_grant_app); one probe of the claim's unique
 -- index; bad ids are errors with rp_claim's SQLSTATEs; nothing is written.
 \getenv abs_srcdir PG_ABS_SRCDIR
-\i :abs_srcdir/sql/include/helpers.sql
+\i :abs_srcdir/test/sql/helpers.sql
 
 SELECT redpacket.rp_create_activity(10.00, stripes => 2, name => 'one each') AS a \gset
 SELECT redpacket.rp_create_activity(10.00, 20, stripes => 2, per_user_limit => 3, name => 'rain') AS r \gset

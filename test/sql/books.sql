@@ -1,6 +1,6 @@
 -- The books of every activity, one row each: the invariant every test
 -- checks after claims, closes and reconciliation.  Shared by the regression
--- helpers (sql/include/helpers.sql), the TAP tests (test/perl/RedpacketTest.pm)
+-- helpers (test/sql/helpers.sql), the TAP tests (test/perl/RedpacketTest.pm)
 -- and the stress run (test/stress/check.sql); it creates the temporary view
 -- rp_books in the session that runs it.  A catalog older than 1.4 has no
 -- reversals and no ledger packets: rp_reversed and rp_ledger stand in for

@@ -2,7 +2,7 @@
 -- Helpers shared by the regression tests.  A test includes this file near its
 -- top with
 --     \getenv abs_srcdir PG_ABS_SRCDIR
---     \i :abs_srcdir/sql/include/helpers.sql
+--     \i :abs_srcdir/test/sql/helpers.sql
 -- as PostgreSQL's own tests do (pg_regress sets PG_ABS_SRCDIR).  It is not a test itself: the Makefile
 -- runs only sql/*.sql.  Echo is off while it runs, so the expected outputs
 -- show the include line and not these definitions; any error still shows.
