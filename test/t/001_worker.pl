@@ -15,17 +15,15 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('worker');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'worker', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->start;
 
 my $worker_q =
   "SELECT pid FROM pg_stat_activity WHERE backend_type = 'redpacket launcher'";

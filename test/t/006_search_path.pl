@@ -17,17 +17,15 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('search_path');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'search_path', q{
 shared_preload_libraries = 'redpacket'
 redpacket.database = 'shop'
 redpacket.reconcile_interval = 1
 });
-$node->start;
 
 $node->safe_psql('postgres', q{
 CREATE ROLE mallory LOGIN;

@@ -12,13 +12,11 @@ use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('capture');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redpacket'\n"
+my $node = RedpacketTest::node('capture', "shared_preload_libraries = 'redpacket'\n"
 	  . "redpacket.reconcile_interval = 0\n");
-$node->start;
 my $new = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'redpacket'");
 

@@ -26,17 +26,14 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use RedpacketTest;
+use RedpacketTest qw(sql);
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('upgrade');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'upgrade', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->start;
 $node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 # An application and an operator role, granted in every database by the
@@ -45,7 +42,6 @@ $node->safe_psql('postgres', 'CREATE ROLE up_app; CREATE ROLE up_ops');
 my $grant_q = "SELECT redpacket.rp_grant_app('up_app'), redpacket.rp_grant_operator('up_ops')";
 
 our $db;    # the database of the upgrade path under test
-sub sql { return $node->safe_psql($db, $_[0]); }
 my $new = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'redpacket'");
 
@@ -82,10 +78,10 @@ SELECT count(*) = count(DISTINCT (activity_id, user_id, idempotency_key)) FROM r
 sub dealt_draw
 {
 	my ($session) = @_;
-	my $l = sql("SELECT redpacket.rp_create_activity(200.00, 20, stripes => 4)");
-	sql("SELECT redpacket.rp_claim($l, 'first', NULL)");
+	my $l = sql("SELECT redpacket.rp_create_activity(200.00, 20, stripes => 4)", $db);
+	sql("SELECT redpacket.rp_claim($l, 'first', NULL)", $db);
 	my $dealt = sql(
-		"SELECT string_agg(d::text, ',') FROM redpacket.stripe s, unnest(s.dealt) d WHERE s.activity_id = $l");
+		"SELECT string_agg(d::text, ',') FROM redpacket.stripe s, unnest(s.dealt) d WHERE s.activity_id = $l", $db);
 	my $got = $session->query_safe(
 		"SELECT (amount * 100)::bigint FROM redpacket.rp_claim($l, 'drawn', NULL)");
 	return (grep { $_ eq $got } split /,/, ($dealt // '')) ? 't' : "drew $got, dealt $dealt";
@@ -100,8 +96,8 @@ sub update_inside_claims
 	my $d = 'tx' . ($from =~ s/\.//r);
 	$node->safe_psql('postgres', "CREATE DATABASE $d");
 	local $db = $d;
-	sql("CREATE EXTENSION redpacket VERSION '$from'");
-	my $f = sql("SELECT redpacket.rp_create_activity(10.00)");
+	sql("CREATE EXTENSION redpacket VERSION '$from'", $db);
+	my $f = sql("SELECT redpacket.rp_create_activity(10.00)", $db);
 	my $s = $node->background_psql($d);
 	$s->query_safe('BEGIN');
 	$s->query_safe("SELECT redpacket.rp_claim($f, 'before', 0.01)");
@@ -123,47 +119,47 @@ sub upgrade_path
 	my ($from) = @_;
 	# --- The old version, served by the current library ------------------------
 
-	sql("CREATE EXTENSION redpacket VERSION '$from'");
-	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+	sql("CREATE EXTENSION redpacket VERSION '$from'", $db);
+	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'", $db),
 		$from, "installed version $from");
-	sql($grant_q);
+	sql($grant_q, $db);
 
 	my %act;
-	$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')");
-	$act{lucky} = sql("SELECT redpacket.rp_create_activity(50.00, 20, stripes => 4, name => 'lucky')");
+	$act{fixed} = sql("SELECT redpacket.rp_create_activity(100.00, stripes => 4, name => 'fixed')", $db);
+	$act{lucky} = sql("SELECT redpacket.rp_create_activity(50.00, 20, stripes => 4, name => 'lucky')", $db);
 	$act{rain} = sql(
-		"SELECT redpacket.rp_create_activity(30.00, 100, stripes => 2, per_user_limit => 3, name => 'rain')");
-	$act{batch} = sql("SELECT redpacket.rp_create_activity(40.00, stripes => 4, name => 'batch')");
-	$act{closed} = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 3, name => 'closed')");
+		"SELECT redpacket.rp_create_activity(30.00, 100, stripes => 2, per_user_limit => 3, name => 'rain')", $db);
+	$act{batch} = sql("SELECT redpacket.rp_create_activity(40.00, stripes => 4, name => 'batch')", $db);
+	$act{closed} = sql("SELECT redpacket.rp_create_activity(20.00, stripes => 3, name => 'closed')", $db);
 
 	is( sql(
-			"SELECT string_agg(status::text, ',') FROM (SELECT (redpacket.rp_claim($act{fixed}, 'u' || g, 1.25)).status FROM generate_series(1, 5) g) s"
-		),
+			"SELECT string_agg(status::text, ',') FROM (SELECT (redpacket.rp_claim($act{fixed}, 'u' || g, 1.25)).status FROM generate_series(1, 5) g) s",
+			$db),
 		'claimed,claimed,claimed,claimed,claimed',
 		"$from catalog: fixed claims");
 	is( sql(
-			"SELECT count(*) FILTER (WHERE (r).status = 'claimed') FROM (SELECT redpacket.rp_claim($act{lucky}, 'u' || g) AS r FROM generate_series(1, 8) g) s"
-		),
+			"SELECT count(*) FILTER (WHERE (r).status = 'claimed') FROM (SELECT redpacket.rp_claim($act{lucky}, 'u' || g) AS r FROM generate_series(1, 8) g) s",
+			$db),
 		'8', "$from catalog: lucky draws");
 	is( sql(
-			"SELECT string_agg(status::text, ',' ORDER BY g) FROM generate_series(1, 4) g, LATERAL redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-' || g)"
-		),
+			"SELECT string_agg(status::text, ',' ORDER BY g) FROM generate_series(1, 4) g, LATERAL redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-' || g)",
+			$db),
 		'claimed,claimed,claimed,user_limit',
 		"$from catalog: rain with per-user limit");
 	is( sql(
-			"SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','b','c','a'], ARRAY[2.00, 3.00, 4.00, 2.00])"
-		),
+			"SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','b','c','a'], ARRAY[2.00, 3.00, 4.00, 2.00])",
+			$db),
 		'claimed,claimed,claimed,duplicate',
 		"$from catalog: batch claims");
-	sql("SELECT redpacket.rp_claim($act{closed}, 'early', 5.00)");
-	is(sql("SELECT redpacket.rp_close_activity($act{closed})"),
+	sql("SELECT redpacket.rp_claim($act{closed}, 'early', 5.00)", $db);
+	is(sql("SELECT redpacket.rp_close_activity($act{closed})", $db),
 		'15.00', "$from catalog: close returns the remainder");
-	is(sql("SELECT status FROM redpacket.rp_claim($act{closed}, 'late', 1.00)"),
+	is(sql("SELECT status FROM redpacket.rp_claim($act{closed}, 'late', 1.00)", $db),
 		'ended', "$from catalog: claims after the close are ended");
 	ok(full_check_ok(), "$from catalog: rp_reconcile checks every activity, all ok");
 
 	# The worker serves the old catalog too: a claim made now is counted by a pass.
-	my $cid = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe', 0.01)");
+	my $cid = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe', 0.01)", $db);
 	ok( $node->poll_query_until(
 			$db,
 			"SELECT last_claim_id >= $cid FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
@@ -172,57 +168,57 @@ sub upgrade_path
 	# update: the library must see the new catalog in it (at the end).
 	my $old_session = $node->background_psql($db);
 	$old_session->query_safe("SELECT redpacket.rp_claim($act{fixed}, 'long-lived', 0.01)");
-	is(sql($books_q), '5|0|0', "$from catalog: the books balance");
-	my $max_claim_old = sql('SELECT max(claim_id) FROM redpacket.claim');
-	my $claims_old = sql('SELECT count(*) FROM redpacket.claim');
+	is(sql($books_q, $db), '5|0|0', "$from catalog: the books balance");
+	my $max_claim_old = sql('SELECT max(claim_id) FROM redpacket.claim', $db);
+	my $claims_old = sql('SELECT count(*) FROM redpacket.claim', $db);
 	my $old_bob = sql(
-		"SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{rain} AND user_id = 'bob' AND request_id = 'drop-1'");
+		"SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{rain} AND user_id = 'bob' AND request_id = 'drop-1'", $db);
 
 	# --- ALTER EXTENSION UPDATE -------------------------------------------------
 
-	sql('ALTER EXTENSION redpacket UPDATE');
-	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"),
+	sql('ALTER EXTENSION redpacket UPDATE', $db);
+	is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'", $db),
 		$new, "updated to $new (the default version)");
-	is(sql('SELECT count(*) FROM redpacket.claim'), $claims_old, 'every claim carried over');
-	is(sql($books_q), '5|0|0', "$new: the books balance after the update");
-	is(sql($one_per_key_q), 't', "$new: one claim per idempotency key");
-	is( sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}),
+	is(sql('SELECT count(*) FROM redpacket.claim', $db), $claims_old, 'every claim carried over');
+	is(sql($books_q, $db), '5|0|0', "$new: the books balance after the update");
+	is(sql($one_per_key_q, $db), 't', "$new: one claim per idempotency key");
+	is( sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}, $db),
 		'up_app:app,up_ops:operator', "$new: rp_regrant finds the roles granted under $from");
 	is( sql(q{SELECT has_function_privilege('up_app', 'redpacket.rp_user_claims(bigint, text)', 'EXECUTE'),
-	                 has_table_privilege('up_ops', 'redpacket.activity_change', 'SELECT')}),
+	                 has_table_privilege('up_ops', 'redpacket.activity_change', 'SELECT')}, $db),
 		't|t', "$new: and gives them what $new grants their kind");
 	ok(full_check_ok(), "$new: a full reconciliation of every activity is ok");
-	is(sql($publication_q), 'activity_change,claim,claim_settlement,ledger',
+	is(sql($publication_q, $db), 'activity_change,claim,claim_settlement,ledger',
 		"$new: the publication carries the changes and the settlements too");
 	# Claims made before the update are settled like new ones.
 	is( sql(
-			"SELECT redpacket.rp_credited($act{fixed}, ARRAY(SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{fixed})) = (SELECT count(*) FROM redpacket.claim WHERE activity_id = $act{fixed})"
-		),
+			"SELECT redpacket.rp_credited($act{fixed}, ARRAY(SELECT claim_id FROM redpacket.claim WHERE activity_id = $act{fixed})) = (SELECT count(*) FROM redpacket.claim WHERE activity_id = $act{fixed})",
+			$db),
 		't', "$new: rp_credited acknowledges the claims of the $from catalog");
 	is( sql(
-			"SELECT count(*) = (SELECT count(*) FROM redpacket.claim WHERE activity_id <> $act{fixed}) FROM redpacket.rp_pending_credits()"
-		),
+			"SELECT count(*) = (SELECT count(*) FROM redpacket.claim WHERE activity_id <> $act{fixed}) FROM redpacket.rp_pending_credits()",
+			$db),
 		't', "$new: rp_pending_credits lists every other claim of the $from catalog");
 
 	# --- Claims continue ----------------------------------------------------------
 
-	is( sql("SELECT status || ',' || (claim_id > $max_claim_old) FROM redpacket.rp_claim($act{fixed}, 'new1', 2.00)"),
+	is( sql("SELECT status || ',' || (claim_id > $max_claim_old) FROM redpacket.rp_claim($act{fixed}, 'new1', 2.00)", $db),
 		'claimed,true', "$new: fixed claim with a fresh id");
-	is(sql("SELECT status FROM redpacket.rp_claim($act{lucky}, 'new1')"),
+	is(sql("SELECT status FROM redpacket.rp_claim($act{lucky}, 'new1')", $db),
 		'claimed', "$new: lucky draw");
-	is( sql("SELECT status || ',' || claim_id FROM redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-1')"),
+	is( sql("SELECT status || ',' || claim_id FROM redpacket.rp_claim($act{rain}, 'bob', 0.50, 'drop-1')", $db),
 		"duplicate,$old_bob", "$new: a retry of a $from claim answers duplicate with its id");
-	is( sql("SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','d'], ARRAY[2.00, 1.00])"),
+	is( sql("SELECT string_agg(status::text, ',' ORDER BY ord) FROM redpacket.rp_claim_batch($act{batch}, ARRAY['a','d'], ARRAY[2.00, 1.00])", $db),
 		'duplicate,claimed', "$new: batch");
-	is(sql("SELECT redpacket.rp_close_activity($act{batch})"), '30.00', "$new: close");
-	my $cid2 = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe2', 0.01)");
+	is(sql("SELECT redpacket.rp_close_activity($act{batch})", $db), '30.00', "$new: close");
+	my $cid2 = sql("SELECT claim_id FROM redpacket.rp_claim($act{fixed}, 'worker-probe2', 0.01)", $db);
 	ok( $node->poll_query_until(
 			$db,
 			"SELECT last_claim_id >= $cid2 FROM redpacket.reconcile_state WHERE activity_id = $act{fixed}"),
 		"$new: the worker passes");
-	is(sql($books_q), '5|0|0', "$new: the books balance after more claims");
+	is(sql($books_q, $db), '5|0|0', "$new: the books balance after more claims");
 	ok(full_check_ok(), "$new: full reconciliation ok after more claims");
-	is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok"),
+	is( sql("SELECT count(*) FROM redpacket.reconciliation WHERE NOT ok", $db),
 		'0', 'no pass ever failed, before or after the update');
 	is(dealt_draw($old_session), 't',
 		"$new: a session connected since the $from catalog draws a dealt amount");
@@ -294,9 +290,9 @@ sub same_as_fresh
 	       unnest(e.extconfig, e.extcondition) AS x(rel, cond)
 	  JOIN pg_class c ON c.oid = x.rel
 	 WHERE e.extname = 'redpacket'};
-	is(sql($config_q), $node->safe_psql('fresh', $config_q),
+	is(sql($config_q, $db), $node->safe_psql('fresh', $config_q),
 		'the same relations are registered with pg_extension_config_dump, with the same conditions');
-	is(sql($publication_q), $node->safe_psql('fresh', $publication_q),
+	is(sql($publication_q, $db), $node->safe_psql('fresh', $publication_q),
 		'the publication has the same tables');
 }
 
@@ -318,12 +314,12 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
 {
 	local $db = 'up13roles';
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	sql("CREATE EXTENSION redpacket VERSION '1.3'");
-	sql('CREATE ROLE up13_app; CREATE ROLE up13_op');
-	sql("SELECT redpacket.rp_grant_app('up13_app'), redpacket.rp_grant_operator('up13_op')");
-	my $old = sql("SELECT redpacket.rp_create_activity(10.00, 5, stripes => 2, name => 'old')");
-	sql("SELECT redpacket.rp_claim($old, 'before', 1.00)");
-	sql('ALTER EXTENSION redpacket UPDATE');
+	sql("CREATE EXTENSION redpacket VERSION '1.3'", $db);
+	sql('CREATE ROLE up13_app; CREATE ROLE up13_op', $db);
+	sql("SELECT redpacket.rp_grant_app('up13_app'), redpacket.rp_grant_operator('up13_op')", $db);
+	my $old = sql("SELECT redpacket.rp_create_activity(10.00, 5, stripes => 2, name => 'old')", $db);
+	sql("SELECT redpacket.rp_claim($old, 'before', 1.00)", $db);
+	sql('ALTER EXTENSION redpacket UPDATE', $db);
 	my $replaced_q = q{
 SELECT string_agg(has_function_privilege(r, f, 'EXECUTE')::text, ',' ORDER BY r, f)
   FROM (VALUES ('up13_app', 'redpacket.rp_activity_info(bigint, text)'),
@@ -331,33 +327,33 @@ SELECT string_agg(has_function_privilege(r, f, 'EXECUTE')::text, ',' ORDER BY r,
                ('up13_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
                ('up13_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
                ('public', 'redpacket.rp_activity_info(bigint, text)')) v(r, f)};
-	is(sql($replaced_q), 'false,false,false,false,false', 'the replaced functions come without grants');
-	is(sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}),
+	is(sql($replaced_q, $db), 'false,false,false,false,false', 'the replaced functions come without grants');
+	is(sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}, $db),
 		'up13_app:app,up13_op:operator', 'rp_regrant finds the roles granted under 1.3');
-	is(sql($replaced_q), 'false,true,false,true,true',
+	is(sql($replaced_q, $db), 'false,true,false,true,true',
 		'rp_regrant gives them the replaced functions, and PUBLIC none');
-	is(sql("SELECT count(*) FROM pg_proc WHERE proname IN ('rp_create_activity', 'rp_activity_info')"),
+	is(sql("SELECT count(*) FROM pg_proc WHERE proname IN ('rp_create_activity', 'rp_activity_info')", $db),
 		'2', 'the 1.3 signatures are gone');
-	is(sql("SELECT has_function_privilege('up13_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')"),
+	is(sql("SELECT has_function_privilege('up13_op', 'redpacket.rp_top_up(bigint, numeric, integer, text)', 'EXECUTE')", $db),
 		't', 'and the new functions of its kind');
 
-	is( sql("SET ROLE up13_app; SELECT state || ',' || total || ',' || packets || ',' || eligible FROM redpacket.rp_activity_info($old, 'after')"),
+	is( sql("SET ROLE up13_app; SELECT state || ',' || total || ',' || packets || ',' || eligible FROM redpacket.rp_activity_info($old, 'after')", $db),
 		'active,10.00,5,true', "an application reads a 1.3 activity through the new rp_activity_info");
 	is( sql(qq{SET ROLE up13_op;
 SELECT redpacket.rp_top_up($old, 2.00, 2) || ',' || redpacket.rp_withdraw($old, 0.50)
-       || ',' || redpacket.rp_set_window($old, '2020-01-01', NULL)::text}),
+       || ',' || redpacket.rp_set_window($old, '2020-01-01', NULL)::text}, $db),
 		'12.00,10.50,', 'an operator tops up, withdraws from and moves a 1.3 activity');
 	is( sql(qq{SELECT restricted || ',' || total || ',' || packets || ',' || remaining_packets
-                 FROM redpacket.activity_status WHERE id = $old}),
+                 FROM redpacket.activity_status WHERE id = $old}, $db),
 		'false,11.50,7,6', 'it is unrestricted, its total and cap count the changes');
-	is(sql("SELECT packets IS NULL FROM redpacket.ledger WHERE activity_id = $old AND kind = 'fund'"),
+	is(sql("SELECT packets IS NULL FROM redpacket.ledger WHERE activity_id = $old AND kind = 'fund'", $db),
 		't', 'its funding entry of 1.3 has no packets');
 	is( $node->safe_psql($db,
 			RedpacketTest::books_view() . "SELECT balanced FROM rp_books WHERE id = $old"),
 		't', 'its books balance');
 	my $vip = sql(qq{SET ROLE up13_op;
-SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')});
-	is( sql(qq{SET ROLE up13_op; SELECT redpacket.rp_allow($vip, ARRAY['a', 'b'])}),
+SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')}, $db);
+	is( sql(qq{SET ROLE up13_op; SELECT redpacket.rp_allow($vip, ARRAY['a', 'b'])}, $db),
 		'2', 'an operator creates a restricted activity and lists its users');
 }
 

@@ -20,15 +20,14 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 
 # --- The source, under claim load ---------------------------------------------
 
-my $src = PostgreSQL::Test::Cluster->new('source');
-$src->init;
-$src->start;
+my $src = RedpacketTest::node('source');
 $src->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 my $fixed = $src->safe_psql('postgres',
 	"SELECT redpacket.rp_create_activity(100000.00, stripes => 4, name => 'fixed')");
@@ -93,15 +92,12 @@ write_list("$tmp/whole2.list", @rest_data);
 
 # --- The target: the worker's database -----------------------------------------
 
-my $node = PostgreSQL::Test::Cluster->new('target');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'target', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 redpacket.database = 'app'
 });
-$node->start;
 
 sub app { return $node->safe_psql('app', $_[0]); }
 

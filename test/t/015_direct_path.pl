@@ -10,12 +10,10 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('direct');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redpacket'\nredpacket.reconcile_interval = 0");
-$node->start;
+my $node = RedpacketTest::node('direct', "shared_preload_libraries = 'redpacket'\nredpacket.reconcile_interval = 0");
 
 my $script = q{
 CREATE EXTENSION redpacket;

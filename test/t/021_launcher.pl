@@ -10,17 +10,15 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('launcher');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'launcher', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 max_locks_per_transaction = 256
 });
-$node->start;
 
 is($node->safe_psql('postgres', 'SHOW redpacket.database'),
 	'', 'redpacket.database is not set');

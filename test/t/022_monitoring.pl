@@ -11,21 +11,19 @@ use warnings;
 use CPAN::Meta::YAML;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $root = $ENV{TESTDIR} || '.';
-my $yaml = CPAN::Meta::YAML->read("$root/test/monitoring/redpacket_queries.yaml")
+my $yaml = CPAN::Meta::YAML->read_string(
+	RedpacketTest::repo_file('test/monitoring/redpacket_queries.yaml'))
   or die CPAN::Meta::YAML->errstr;
 my $queries = $yaml->[0];
 
-my $node = PostgreSQL::Test::Cluster->new('monitoring');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'monitoring', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->start;
 
 $node->safe_psql(
 	'postgres', q{
@@ -83,7 +81,7 @@ for my $name (sort keys %$queries)
 }
 
 # The README's Monitoring section, statement by statement.
-my $readme = slurp_file("$root/README.md");
+my $readme = RedpacketTest::repo_file('README.md');
 my ($section) = $readme =~ /\n## Monitoring\n(.*?)(?=\n## )/s;
 ok($section, 'README has a Monitoring section');
 my @sql = ($section // '') =~ /```sql\n(.*?)```/sg;

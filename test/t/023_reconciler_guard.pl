@@ -14,19 +14,17 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('guard');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'guard', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 redpacket.max_workers = 1
 max_locks_per_transaction = 256
 });
-$node->start;
 
 # poll for at most $secs seconds (the defects make the default 180 s wait)
 sub within

@@ -11,17 +11,14 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('pin13');
-$node->init;
-$node->start;
+my $node = RedpacketTest::node('pin13');
 $node->safe_psql('postgres', 'CREATE DATABASE c13');
 $node->safe_psql('c13', "CREATE EXTENSION redpacket VERSION '1.3'");
 
-# TESTDIR: the source tree (PostgreSQL 15's PGXS sets it; 18's runs the
-# tests from the source tree without it)
-my $attack = slurp_file(($ENV{TESTDIR} || '.') . '/sql/claim_search_path.sql');
+my $attack = RedpacketTest::repo_file('sql/claim_search_path.sql');
 
 sub attack_rounds
 {

@@ -12,10 +12,11 @@ use warnings;
 use CPAN::Meta::YAML;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $root = $ENV{TESTDIR} || '.';
-my $yaml = CPAN::Meta::YAML->read("$root/test/monitoring/redpacket_queries.yaml")
+my $yaml = CPAN::Meta::YAML->read_string(
+	RedpacketTest::repo_file('test/monitoring/redpacket_queries.yaml'))
   or die CPAN::Meta::YAML->errstr;
 my $reconciler_q = $yaml->[0]{redpacket_reconciler}{query};
 
@@ -29,17 +30,14 @@ sub prometheus
 
 # --- no worker slot for a reconciler --------------------------------------------
 
-my $node = PostgreSQL::Test::Cluster->new('no_slot');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = RedpacketTest::node(
+	'no_slot', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 max_worker_processes = 1
 max_logical_replication_workers = 0
 max_parallel_workers = 0
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 $node->safe_psql('postgres', 'SELECT redpacket.rp_create_activity(10.00, 10, stripes => 2)');
 
@@ -78,10 +76,7 @@ $node->stop;
 
 # --- not preloaded: a session that loads the library -------------------------
 
-my $plain = PostgreSQL::Test::Cluster->new('not_preloaded');
-$plain->init;
-$plain->append_conf('postgresql.conf', 'redpacket.reconcile_interval = 1');
-$plain->start;
+my $plain = RedpacketTest::node('not_preloaded', 'redpacket.reconcile_interval = 1');
 $plain->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 sleep 3;
 is( $plain->safe_psql(

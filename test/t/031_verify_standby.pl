@@ -11,6 +11,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest qw(sql);
 use Test::More;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
@@ -21,21 +22,20 @@ shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 0
 });
 $primary->start;
+RedpacketTest::use_node($primary);
 
-sub pq { return $primary->safe_psql('postgres', $_[0]); }
-
-pq('CREATE EXTENSION redpacket');
-my $good = pq("SELECT redpacket.rp_create_activity(50.00, 10, stripes => 4, name => 'good')");
-my $bad = pq("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'bad')");
-my $expired = pq(q{SELECT redpacket.rp_create_activity(5.00, stripes => 1, name => 'expired',
-                    starts_at => now() - interval '2 hours', ends_at => now() - interval '1 hour')});
-pq("SELECT redpacket.rp_claim($good, 'u' || g, 2.50) FROM generate_series(1, 3) g");
-pq("SELECT redpacket.rp_claim($bad, 'u' || g, 1.00) FROM generate_series(1, 2) g");
+sql('CREATE EXTENSION redpacket');
+my $good = sql("SELECT redpacket.rp_create_activity(50.00, 10, stripes => 4, name => 'good')");
+my $bad = sql("SELECT redpacket.rp_create_activity(20.00, 10, stripes => 2, name => 'bad')");
+my $expired = sql(q{SELECT redpacket.rp_create_activity(5.00, stripes => 1, name => 'expired',
+                     starts_at => now() - interval '2 hours', ends_at => now() - interval '1 hour')});
+sql("SELECT redpacket.rp_claim($good, 'u' || g, 2.50) FROM generate_series(1, 3) g");
+sql("SELECT redpacket.rp_claim($bad, 'u' || g, 1.00) FROM generate_series(1, 2) g");
 # the good and the bad are checked once (a watermark); the expired one not
-pq("SELECT count(*) FROM redpacket.rp_reconcile($good)");
-pq("SELECT count(*) FROM redpacket.rp_reconcile($bad)");
+sql("SELECT count(*) FROM redpacket.rp_reconcile($good)");
+sql("SELECT count(*) FROM redpacket.rp_reconcile($bad)");
 # then the bad one loses 0.30 behind the extension's back
-pq("UPDATE redpacket.stripe SET balance = balance - 30 WHERE activity_id = $bad AND stripe = 0");
+sql("UPDATE redpacket.stripe SET balance = balance - 30 WHERE activity_id = $bad AND stripe = 0");
 
 $primary->backup('bk');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -45,7 +45,7 @@ $primary->wait_for_catchup($standby);
 
 sub sq { return $standby->safe_psql('postgres', $_[0]); }
 my $rows_q = 'SELECT count(*) FROM redpacket.reconciliation';
-my $rows_before = pq($rows_q);
+my $rows_before = sql($rows_q);
 
 is(sq('SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery');
 my ($rc, $out, $err) = $standby->psql('postgres', 'SELECT * FROM redpacket.rp_reconcile()');
@@ -66,28 +66,28 @@ is( sq("SELECT ok, expected_claims, actual_claims FROM redpacket.rp_verify($good
 like($err, qr/activity 999999 does not exist/, 'an unknown activity is an error');
 
 # an activity the standby cannot fully see (a stripe row gone on the primary)
-pq(qq{SET session_replication_role = replica;
-     DELETE FROM redpacket.stripe WHERE activity_id = $good AND stripe = 3});
+sql(qq{SET session_replication_role = replica;
+      DELETE FROM redpacket.stripe WHERE activity_id = $good AND stripe = 3});
 $primary->wait_for_catchup($standby);
 is( sq("SELECT ok, problems, error FROM redpacket.rp_verify($good)"),
 	'f|{incomplete}|It has 3 of its 4 stripe rows.', 'an incomplete activity is reported, not checked');
 
 # on the primary: inside READ ONLY, and at REPEATABLE READ
-is( pq(qq{BEGIN READ ONLY;
-         SELECT string_agg(activity_id || ':' || ok, ' ' ORDER BY activity_id) FROM redpacket.rp_verify();
-         COMMIT;}),
+is( sql(qq{BEGIN READ ONLY;
+          SELECT string_agg(activity_id || ':' || ok, ' ' ORDER BY activity_id) FROM redpacket.rp_verify();
+          COMMIT;}),
 	"$good:false $bad:false $expired:true", 'rp_verify inside a READ ONLY transaction on the primary');
-is( pq(qq{BEGIN ISOLATION LEVEL REPEATABLE READ;
-         SELECT count(*) FROM redpacket.rp_verify();
-         COMMIT;}),
+is( sql(qq{BEGIN ISOLATION LEVEL REPEATABLE READ;
+          SELECT count(*) FROM redpacket.rp_verify();
+          COMMIT;}),
 	'3', 'and at REPEATABLE READ');
 
 # nothing written by any of it
-is(pq($rows_q), $rows_before, 'no reconciliation row written');
-is( pq(qq{SELECT count(*) FILTER (WHERE frozen_reason IS NOT NULL), count(*) FILTER (WHERE closed_at IS NOT NULL)
-           FROM redpacket.activity}),
+is(sql($rows_q), $rows_before, 'no reconciliation row written');
+is( sql(qq{SELECT count(*) FILTER (WHERE frozen_reason IS NOT NULL), count(*) FILTER (WHERE closed_at IS NOT NULL)
+            FROM redpacket.activity}),
 	'0|0', 'nothing frozen, the expired activity not settled');
-is( pq("SELECT count(*) FROM redpacket.reconcile_state WHERE last_pass_at IS NOT NULL"),
+is( sql("SELECT count(*) FROM redpacket.reconcile_state WHERE last_pass_at IS NOT NULL"),
 	'2', 'no watermark moved (two checked before, by rp_reconcile)');
 
 $standby->stop;

@@ -11,17 +11,15 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 use Time::HiRes qw(time);
 
 my $LOAD_SECONDS = 25;
 my $GATHER_LIMIT = 12;    # seconds a gathering claim may take at most
 
-my $node = PostgreSQL::Test::Cluster->new('load');
-$node->init;
 # the default lock table: max_locks_per_transaction = 64
-$node->append_conf('postgresql.conf', "max_connections = 40\n");
-$node->start;
+my $node = RedpacketTest::node('load', "max_connections = 40\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 
 # 1. Gathering under load -----------------------------------------------------

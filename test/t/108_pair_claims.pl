@@ -16,15 +16,13 @@ use warnings;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use RedpacketTest;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('pairs');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = RedpacketTest::node('pairs', qq{
 max_connections = 50
 log_line_prefix = '%m [%p] '
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redpacket');
 my $act = $node->safe_psql('postgres',
 	"SELECT redpacket.rp_create_activity(16.00, stripes => 16, name => 'pairs')");
