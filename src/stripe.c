@@ -199,37 +199,58 @@ RpStripesFor(bool given, int stripes, int64 total_units, int32 packets)
 	return stripes;
 }
 
-/* Budget and packets spread evenly; the first stripes take the remainders. */
+/* A new activity's stripes, spread as RpStripeSpread says, nothing dealt. */
 static RpPlan insert_even = {
 	"INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
-	" SELECT $1, g, ($2 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"               CASE WHEN g OPERATOR(pg_catalog.<) ($2 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END,"
-	"        (($3 OPERATOR(pg_catalog./) $4) OPERATOR(pg_catalog.+)"
-	"         CASE WHEN g OPERATOR(pg_catalog.<) ($3 OPERATOR(pg_catalog.%) $4) THEN 1 ELSE 0 END)::pg_catalog.int4"
-	"   FROM pg_catalog.generate_series(0, $4 OPERATOR(pg_catalog.-) 1) g",
-	4, {INT8OID, INT8OID, INT8OID, INT4OID}, NULL, true	/* generic: a custom plan each time
-														 * was 1/8 of a creation's cost */
+	" SELECT $1, (s.o OPERATOR(pg_catalog.-) 1)::pg_catalog.int4, s.b, s.p"
+	"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) WITH ORDINALITY s(b, p, o)",
+	3, {INT8OID, INT8ARRAYOID, INT4ARRAYOID}, NULL, true	/* generic: a custom plan
+															 * each time was 1/8 of a
+															 * creation's cost */
 };
 
 static Datum DealtArray(const RpStripeState *st, bool *isnull);
 
+int64
+RpStripeShare(int64 total, int n, int g)
+{
+	return total / n + (g < total % n ? 1 : 0);
+}
+
+void
+RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances, Datum *packs)
+{
+	Datum	   *b = palloc(sizeof(Datum) * stripes);
+	Datum	   *p = palloc(sizeof(Datum) * stripes);
+
+	for (int g = 0; g < stripes; g++)
+	{
+		b[g] = Int64GetDatum(RpStripeShare(units, stripes, g));
+		p[g] = Int32GetDatum((int32) RpStripeShare(packets, stripes, g));
+	}
+	*balances = PointerGetDatum(construct_array(b, stripes, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	*packs = packets > 0 ? PointerGetDatum(construct_array(p, stripes, INT4OID, sizeof(int32),
+														   true, TYPALIGN_INT)) : (Datum) 0;
+	pfree(b);
+	pfree(p);
+}
+
 /*
- * The stripe rows of a new activity of units in packets (0: no cap): the
- * budget and the packets spread evenly, nothing dealt.  Whether its claims
- * will be lucky draws or fixed amounts is not known yet: the first lucky
- * draw deals (alloc.c, rule 3), and fixed amounts are paid from undealt
- * money, so an activity that never draws never gathers for a deal.
+ * The stripe rows of a new activity of units in packets (0: no cap).
+ * Whether its claims will be lucky draws or fixed amounts is not known
+ * yet: the first lucky draw deals (alloc.c, rule 3), and fixed amounts are
+ * paid from undealt money, so an activity that never draws never gathers
+ * for a deal.
  */
 void
 RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', packets > 0 ? ' ' : 'n', ' '};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', packets > 0 ? ' ' : 'n'};
 
 	values[0] = Int64GetDatum(activity);
-	values[1] = Int64GetDatum(units);
-	values[2] = Int64GetDatum(packets);
-	values[3] = Int32GetDatum(stripes);
+	RpStripeSpread(units, packets, stripes, &values[1], &values[2]);
 	if (RpExecOn(&insert_even, RpDistributed(), values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert stripes");
 }

@@ -16,6 +16,17 @@
 extern int	RpStripesFor(bool given, int stripes, int64 total_units, int32 packets);
 extern void RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes);
 
+/*
+ * The spread of a new activity over its stripes: stripe g of n holds
+ * total / n, and the first total % n stripes one more (budget in minor
+ * units and packets alike; nothing dealt).  RpStripeSpread gives the
+ * balances (int8[]) and packets (int4[]; 0 when there is no cap, for NULL)
+ * of every stripe, as a statement's parameters.
+ */
+extern int64 RpStripeShare(int64 total, int n, int g);
+extern void RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances,
+						   Datum *packs);
+
 /* Where a claim starts probing; inside one transaction, the stripe it holds. */
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
