@@ -1,5 +1,5 @@
 # The monitoring material runs as written: every query of the
-# postgres_exporter file test/monitoring/redpacket_queries.yaml runs against
+# postgres_exporter file examples/monitoring/redpacket_queries.yaml runs against
 # a real preloaded database with activities and counters, as an operator role
 # (rp_grant_operator), returns every column its metrics name, and numbers
 # where a COUNTER or GAUGE is expected; and every statement of the README's
@@ -15,7 +15,7 @@ use RedpacketTest;
 use Test::More;
 
 my $yaml = CPAN::Meta::YAML->read_string(
-	RedpacketTest::repo_file('test/monitoring/redpacket_queries.yaml'))
+	RedpacketTest::repo_file('examples/monitoring/redpacket_queries.yaml'))
   or die CPAN::Meta::YAML->errstr;
 my $queries = $yaml->[0];
 

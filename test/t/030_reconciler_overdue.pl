@@ -16,7 +16,7 @@ use RedpacketTest;
 use Test::More;
 
 my $yaml = CPAN::Meta::YAML->read_string(
-	RedpacketTest::repo_file('test/monitoring/redpacket_queries.yaml'))
+	RedpacketTest::repo_file('examples/monitoring/redpacket_queries.yaml'))
   or die CPAN::Meta::YAML->errstr;
 my $reconciler_q = $yaml->[0]{redpacket_reconciler}{query};
 
