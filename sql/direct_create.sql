@@ -100,6 +100,75 @@ SELECT redpacket.rp_create_activity(500.00);
 ALTER TABLE redpacket.activity DROP CONSTRAINT rp_test_cap;
 DROP FUNCTION public.rp_test_cap();
 
+-- Two CHECKs that both fail: the rows are written in the SQL statement's
+-- order, so both paths name the same constraint.
+ALTER TABLE redpacket.stripe ADD CONSTRAINT rp_test_no_stripe CHECK (balance < 0) NOT VALID;
+ALTER TABLE redpacket.reconcile_state ADD CONSTRAINT rp_test_no_state CHECK (activity_id < 0) NOT VALID;
+SELECT pg_temp.err($$SELECT redpacket.rp_create_activity(10.00)$$) AS direct;
+SET redpacket.direct_claims = off;
+SELECT pg_temp.err($$SELECT redpacket.rp_create_activity(10.00)$$) AS sql_statement;
+SET redpacket.direct_claims = on;
+ALTER TABLE redpacket.stripe DROP CONSTRAINT rp_test_no_stripe;
+ALTER TABLE redpacket.reconcile_state DROP CONSTRAINT rp_test_no_state;
+
+-- A transaction that moves the catalog generation between creations many
+-- times keeps no more than the current shapes.
+CREATE ROLE regress_rp_shapes;
+BEGIN;
+DO $$
+BEGIN
+    FOR i IN 1..200 LOOP
+        GRANT SELECT ON redpacket.ledger TO regress_rp_shapes;
+        PERFORM redpacket.rp_create_activity(1.00);
+        REVOKE SELECT ON redpacket.ledger FROM regress_rp_shapes;
+    END LOOP;
+END $$;
+SELECT count(*) <= 4 AS shapes_bounded FROM pg_backend_memory_contexts
+ WHERE name = 'redpacket insert shape';
+COMMIT;
+DROP ROLE regress_rp_shapes;
+
+-- Code of the administrator's that runs while a table's shape is read (the
+-- planner folds a GREATEST of ranges, whose comparison function is theirs)
+-- and creates an activity: each creation keeps one shape a table, in
+-- transactions that commit one after another too.
+CREATE ROLE regress_rp_fold;
+CREATE FUNCTION public.rp_test_cmp(int4, int4) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF current_setting('rp_test.cmp', true) = 'armed' THEN
+        PERFORM set_config('rp_test.cmp', 'fired', false);
+        PERFORM redpacket.rp_create_activity(7.00, name => 'from a comparison');
+    END IF;
+    RETURN btint4cmp($1, $2);
+END $$;
+CREATE OPERATOR CLASS public.rp_test_int4_ops FOR TYPE int4 USING btree AS
+    OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
+    FUNCTION 1 public.rp_test_cmp(int4, int4);
+CREATE TYPE public.rp_test_range AS RANGE (subtype = int4, subtype_opclass = public.rp_test_int4_ops);
+ALTER TABLE redpacket.reconcile_state ADD COLUMN span public.rp_test_range
+    DEFAULT GREATEST('[1,2)'::public.rp_test_range, '[3,4)'::public.rp_test_range);
+SELECT redpacket.rp_create_activity(1.00) IS NOT NULL AS created;
+DO $$
+BEGIN
+    FOR i IN 1..20 LOOP
+        GRANT SELECT ON redpacket.ledger TO regress_rp_fold;
+        PERFORM set_config('rp_test.cmp', 'armed', false);
+        PERFORM redpacket.rp_create_activity(1.00);
+        COMMIT;
+    END LOOP;
+END $$;
+SELECT count(*) <= 4 AS shapes_bounded FROM pg_backend_memory_contexts
+ WHERE name = 'redpacket insert shape';
+SELECT count(*) AS created_from_a_comparison FROM redpacket.activity
+ WHERE name = 'from a comparison';
+ALTER TABLE redpacket.reconcile_state DROP COLUMN span;
+DROP TYPE public.rp_test_range;
+DROP OPERATOR CLASS public.rp_test_int4_ops USING btree;
+DROP OPERATOR FAMILY public.rp_test_int4_ops USING btree;
+DROP FUNCTION public.rp_test_cmp(int4, int4);
+REVOKE SELECT ON redpacket.ledger FROM regress_rp_fold;
+DROP ROLE regress_rp_fold;
+
 -- A column INSERT may not set (GENERATED ALWAYS AS IDENTITY): the SQL
 -- statement runs and gives INSERT's own error.
 ALTER TABLE redpacket.stripe ALTER COLUMN stripe ADD GENERATED ALWAYS AS IDENTITY;

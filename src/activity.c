@@ -225,14 +225,15 @@ CreateDirect(const Datum *values, const char *nulls, int64 units, RpActivity *ac
 			isnull[c] = nulls[c] == 'n';
 		RpInsertRow(&ins, 0, values, isnull);
 		ActivityInserted(&ins, act);
-		InsertStripes(&ins, act->id, units, act->packets, act->stripes);
+		/* in create_14's order: its CTEs run from the last one up */
 		row[0] = Int64GetDatum(act->id);
 		row[1] = CStringGetTextDatum("fund");
 		row[2] = values[1];
 		row[3] = CStringGetTextDatum("funded");
 		row[4] = values[2];
-		RpInsertRow(&ins, 2, row, rownull);
 		RpInsertRow(&ins, 3, row, rownull);
+		RpInsertRow(&ins, 2, row, rownull);
+		InsertStripes(&ins, act->id, units, act->packets, act->stripes);
 	}
 	RpInsertEnd(&ins);
 	ereport(DEBUG1,

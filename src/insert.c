@@ -8,15 +8,17 @@
  *		its column default, evaluated like the executor's (nextval, now(),
  *		session_user, or whatever an administrator set), or NULL.
  *
- *		What a statement would compile from the catalog each time, the
- *		default and CHECK expressions, is read and planned once per catalog
+ *		What a statement would read from the catalog each time, the default
+ *		and CHECK expressions, is read and planned once per catalog
  *		generation (catalog.c: any relcache invalidation of our tables moves
- *		it).  An expression whose plan depends on a user-defined function
- *		(one the planner could inline or fold, which can change without
- *		an invalidation of our tables) is planned again on every call, as
- *		the executor does.  What can change without an invalidation is
- *		checked on every call from the relcache entry at hand: triggers,
- *		rules, row security, inheritance, generated columns, privileges.
+ *		it), as the SQL statement's kept plan holds them; one that calls a
+ *		user-defined function (which the planner could inline or fold, and
+ *		which can change without an invalidation of our tables) is planned
+ *		for every call, as a new INSERT statement plans it.  Each call
+ *		compiles them once for its rows.  What can change without an
+ *		invalidation is checked on every call from the relcache entry at
+ *		hand: triggers, rules, row security, inheritance, generated columns,
+ *		privileges.
  */
 #include "postgres.h"
 
@@ -48,9 +50,8 @@ typedef struct RpInsertShape
 	MemoryContext cxt;			/* holds this struct and what follows */
 	AttrNumber	att[RP_INSERT_MAXCOLS]; /* of the target's names */
 	int			natts;
-	Expr	  **defaults;		/* per attribute: its default (NULL: none) */
+	Expr	  **defaults;		/* per attribute not given: its default */
 	bool	   *default_planned;
-	bool	   *given;			/* per attribute: set by the caller */
 	int			ncheck;
 	Expr	  **checks;			/* the CHECK constraints (NULL: not enforced) */
 	bool	   *check_planned;
@@ -75,11 +76,17 @@ CallsUserFunction(Node *node, void *context)
 }
 
 /*
- * An expression of the catalog, planned when its plan depends on nothing
- * but built-in objects (planned false: parsed only).  A user function
- * could be inlined or, when immutable, folded into a constant, and
- * CREATE OR REPLACE of it invalidates nothing of ours; a domain's
- * constraints change with ALTER DOMAIN (the planner reports that one).
+ * An expression of the catalog, planned once (planned true) unless it
+ * calls a user-defined function or its plan depends on more than our
+ * tables: a user function could be inlined or, when immutable, folded into
+ * a constant, and CREATE OR REPLACE of it invalidates nothing of ours; a
+ * domain's constraints change with ALTER DOMAIN (the planner reports that
+ * one).  Planned once, an expression is what the SQL statement's kept
+ * (generic) plan holds: what the planner folded from built-in functions
+ * stays folded for the catalog generation, as there (a setting such as
+ * bytea_output read by a folded output function, a type's comparison
+ * function reached through the type cache).  Planning every expression on
+ * every call made creation 15% slower.
  */
 static Expr *
 Prepared(Node *parsed, bool *planned)
@@ -100,11 +107,37 @@ Prepared(Node *parsed, bool *planned)
 	return plan;
 }
 
-/* A prepared expression compiled for this call, as ExecPrepareExpr would. */
-static ExprState *
-Compiled(Expr *expr, bool planned)
+/*
+ * Inserters open in this backend (RpInsertBegin to RpInsertEnd): a
+ * column default's function can create an activity while an outer
+ * creation is using the shapes it opened.  Reset at the end of every
+ * transaction, so that an error between the two errs on the safe side
+ * (shapes replaced are kept to the end of the transaction) and no further.
+ */
+static int	open_inserters = 0;
+static bool xact_callback = false;
+
+static void
+InsertersAtEnd(XactEvent event, void *arg)
 {
-	return ExecInitExpr(planned ? expr : expression_planner(copyObject(expr)), NULL);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		open_inserters = 0;
+}
+
+/*
+ * A shape replaced by a newer one: freed at once unless another inserter
+ * than the caller's is open (it may be using it), then at the end of the
+ * transaction.
+ */
+static void
+ShapeRetire(RpInsertShape *s)
+{
+	if (open_inserters > 1)
+		MemoryContextSetParent(s->cxt, TopTransactionContext);
+	else
+		MemoryContextDelete(s->cxt);
 }
 
 bool
@@ -136,24 +169,25 @@ FindNamed(const RpInsertTarget *t, TupleDesc desc, AttrNumber *att)
 }
 
 /*
- * Read the table's defaults and checks into s.  A column of a domain type
- * makes the table unusable here: its domain's constraints and default can
- * change without an invalidation of the table.
+ * Read the table's defaults and checks into s (Prepared).  A column of a
+ * domain type makes the table unusable here: its domain's constraints and
+ * default can change without an invalidation of the table.
  */
 static bool
 ShapeBuild(const RpInsertTarget *t, RpInsertShape *s, Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleConstr *constr = desc->constr;
+	bool	   *given;
 
 	s->natts = desc->natts;
-	s->defaults = palloc0(sizeof(Expr *) * desc->natts);
-	s->default_planned = palloc0(sizeof(bool) * desc->natts);
-	s->given = palloc0(sizeof(bool) * desc->natts);
+	s->defaults = palloc0(sizeof(Expr *) * Max(desc->natts, 1));
+	s->default_planned = palloc0(sizeof(bool) * Max(desc->natts, 1));
+	given = palloc0(sizeof(bool) * Max(desc->natts, 1));
 	if (!FindNamed(t, desc, s->att))
 		return false;
 	for (int c = 0; c < t->ngiven; c++)
-		s->given[s->att[c] - 1] = true;
+		given[s->att[c] - 1] = true;
 	for (int a = 0; a < desc->natts; a++)
 	{
 		Form_pg_attribute fa = TupleDescAttr(desc, a);
@@ -162,7 +196,7 @@ ShapeBuild(const RpInsertTarget *t, RpInsertShape *s, Relation rel)
 			continue;
 		if (get_typtype(fa->atttypid) == TYPTYPE_DOMAIN)
 			return false;
-		if (!s->given[a])
+		if (!given[a])
 			s->defaults[a] = Prepared(build_column_default(rel, a + 1),
 									  &s->default_planned[a]);
 	}
@@ -178,9 +212,7 @@ ShapeBuild(const RpInsertTarget *t, RpInsertShape *s, Relation rel)
 
 /*
  * The shape of t's table for this generation, built when it moved.  A
- * shape is never changed once built: a call still using the one it
- * replaces (an outer creation, when a column default's function creates an
- * activity) keeps it until the end of the transaction.
+ * shape is never changed once built; the one it replaces is retired.
  */
 static RpInsertShape *
 ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
@@ -191,9 +223,6 @@ ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
 
 	if (s != NULL && s->generation == generation)
 		return s;
-	if (s != NULL)
-		MemoryContextSetParent(s->cxt, TopTransactionContext);
-	t->shape = NULL;
 	/* built under the transaction, so that an error frees it */
 	cxt = AllocSetContextCreate(TopTransactionContext, "redpacket insert shape",
 								ALLOCSET_SMALL_SIZES);
@@ -204,6 +233,8 @@ ShapeReady(RpInsertTarget *t, Relation rel, uint64 generation)
 	MemoryContextSwitchTo(old);
 	MemoryContextSetParent(cxt, TopMemoryContext);
 	s->generation = generation;
+	if (t->shape != NULL)
+		ShapeRetire(t->shape);
 	t->shape = s;
 	return s;
 }
@@ -258,6 +289,47 @@ RpCloseTarget(ResultRelInfo *rri)
 	table_close(rri->ri_RelationDesc, NoLock);
 }
 
+/*
+ * A prepared expression compiled for this call, planned first when it was
+ * not (ExecPrepareExpr: what an INSERT does with it).
+ */
+static ExprState *
+Compiled(Expr *expr, bool planned, EState *estate)
+{
+	if (planned)
+		return ExecInitExpr(expr, NULL);
+	return ExecPrepareExpr(copyObject(expr), estate);
+}
+
+/* The defaults of the columns the caller does not set, for this call. */
+static ExprState **
+CompileDefaults(const RpInsertShape *s, EState *estate)
+{
+	ExprState **states = palloc0(sizeof(ExprState *) * Max(s->natts, 1));
+
+	for (int a = 0; a < s->natts; a++)
+		if (s->defaults[a] != NULL)
+			states[a] = Compiled(s->defaults[a], s->default_planned[a], estate);
+	return states;
+}
+
+/* The CHECK constraints of the table, planned and compiled for this call. */
+static void
+CompileChecks(ResultRelInfo *rri, const RpInsertShape *s, EState *estate)
+{
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	ExprState **states;
+
+	if (s->ncheck == 0 || constr == NULL || constr->num_check != s->ncheck ||
+		RpCheckExprs(rri) != NULL)
+		return;					/* the executor compiles them itself */
+	states = palloc0(sizeof(ExprState *) * s->ncheck);
+	for (int i = 0; i < s->ncheck; i++)
+		if (s->checks[i] != NULL)
+			states[i] = Compiled(s->checks[i], s->check_planned[i], estate);
+	RpCheckExprs(rri) = states;
+}
+
 /* Open target i; false when it cannot be written here. */
 static bool
 OpenOne(RpInserter *ins, RpInsertTarget *t, uint64 generation)
@@ -275,8 +347,12 @@ OpenOne(RpInserter *ins, RpInsertTarget *t, uint64 generation)
 	s = ShapeReady(t, rel, generation);
 	ins->shapes[ins->ntargets] = s;
 	ins->ntargets++;
-	return s->usable && RpPlainTable(rel) && RpNoInsertTriggers(rel) &&
-		RpPermitted(rel, ACL_INSERT | (t->returning ? ACL_SELECT : 0));
+	if (!(s->usable && RpPlainTable(rel) && RpNoInsertTriggers(rel) &&
+		  RpPermitted(rel, ACL_INSERT | (t->returning ? ACL_SELECT : 0))))
+		return false;
+	ins->defaults[ins->ntargets - 1] = CompileDefaults(s, ins->estate);
+	CompileChecks(rri, s, ins->estate);
+	return true;
 }
 
 bool
@@ -289,7 +365,13 @@ RpInsertBegin(RpInserter *ins, RpInsertTarget **targets, int n)
 	/* a read-only transaction (or a standby): the SQL raises 25006 */
 	if (XactReadOnly || IsInParallelMode() || ExecutorCheckPerms_hook != NULL)
 		return false;
+	if (!xact_callback)
+	{
+		RegisterXactCallback(InsertersAtEnd, NULL);
+		xact_callback = true;
+	}
 	ins->estate = CreateExecutorState();
+	open_inserters++;
 	ins->caller_cxt = MemoryContextSwitchTo(ins->estate->es_query_cxt);
 	for (int i = 0; i < n; i++)
 		if (!OpenOne(ins, targets[i], generation))
@@ -311,23 +393,6 @@ RpInsertBegin(RpInserter *ins, RpInsertTarget **targets, int n)
 	return true;
 }
 
-/* The CHECK constraints of the table, compiled for this call's ResultRelInfo. */
-static void
-CompileChecks(ResultRelInfo *rri, const RpInsertShape *s)
-{
-	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
-	ExprState **states;
-
-	if (s->ncheck == 0 || constr == NULL || constr->num_check != s->ncheck ||
-		RpCheckExprs(rri) != NULL)
-		return;					/* the executor compiles them itself */
-	states = palloc0(sizeof(ExprState *) * s->ncheck);
-	for (int i = 0; i < s->ncheck; i++)
-		if (s->checks[i] != NULL)
-			states[i] = Compiled(s->checks[i], s->check_planned[i]);
-	RpCheckExprs(rri) = states;
-}
-
 TupleTableSlot *
 RpInsertRow(RpInserter *ins, int i, const Datum *values, const bool *isnull)
 {
@@ -344,11 +409,10 @@ RpInsertRow(RpInserter *ins, int i, const Datum *values, const bool *isnull)
 		slot->tts_isnull[s->att[c] - 1] = isnull[c];
 	}
 	for (int a = 0; a < s->natts; a++)
-		if (!s->given[a] && s->defaults[a] != NULL)
-			slot->tts_values[a] = ExecEvalExpr(Compiled(s->defaults[a], s->default_planned[a]),
-											   econtext, &slot->tts_isnull[a]);
+		if (ins->defaults[i][a] != NULL)
+			slot->tts_values[a] = ExecEvalExpr(ins->defaults[i][a], econtext,
+											   &slot->tts_isnull[a]);
 	ExecStoreVirtualTuple(slot);
-	CompileChecks(ins->rris[i], s);
 	ExecSimpleRelationInsert(ins->rris[i], ins->estate, slot);
 	return slot;
 }
@@ -372,4 +436,6 @@ RpInsertEnd(RpInserter *ins)
 	MemoryContextSwitchTo(ins->caller_cxt);
 	FreeExecutorState(ins->estate);
 	ins->estate = NULL;
+	if (open_inserters > 0)
+		open_inserters--;
 }

@@ -46,6 +46,7 @@ typedef struct RpInserter
 	ResultRelInfo *rris[RP_INSERT_MAXTARGETS];
 	TupleTableSlot *slots[RP_INSERT_MAXTARGETS];
 	struct RpInsertShape *shapes[RP_INSERT_MAXTARGETS];
+	ExprState **defaults[RP_INSERT_MAXTARGETS];	/* per attribute, this call's */
 	bool		snapshot_pushed;
 } RpInserter;
 
