@@ -83,11 +83,18 @@
  *		   looks, and rule 6 is left for a walk that began to wait just
  *		   before the holder did.
  *		8. Two transactions of rule 4 can close a cycle of their own (each
- *		   keeps a claim's stripe and needs the other's); PostgreSQL fails
- *		   the one that looks first.  A backend whose holder wait lost looks
- *		   at 5d instead of 3d until one of its transactions commits, so a
- *		   caller retrying the loser wins the next such cycle instead of
- *		   losing it again.
+ *		   keeps a claim's stripe and needs the other's); one of them must
+ *		   fail, and it is the younger one.  While a wait of 4 waits it
+ *		   also holds its age marker, whose key is when its transaction
+ *		   began (or, after it lost such a cycle, when the first
+ *		   transaction of its losing streak began: a retried transaction
+ *		   keeps its age).  When PostgreSQL finds the wait in a cycle and
+ *		   every other wait of 4 reached from it is younger, it gives way
+ *		   (as in rule 6) and waits again: the younger one looks later and
+ *		   loses.  So a caller that retries a loser is not failed again
+ *		   by a transaction that began after it, unless that one had
+ *		   already looked before the cycle closed (PostgreSQL looks once
+ *		   a wait): then the older one fails after giving way twice.
  *		So every wait of a transaction that made no earlier claim on the
  *		activity is for a lock above every lock of the activity it holds (a
  *		single claim and the gatherer of 3 in particular never wait for a
@@ -108,8 +115,8 @@
  *		batch waiting for one stripe keeps its user locks, so a cycle through
  *		a user lock it holds (the same user claimed in the batch and by the
  *		transaction of rule 4) and a cycle of transactions of rule 4 alone
- *		end with PostgreSQL failing one of them with 40P01, after three times
- *		deadlock_timeout: the caller retries.
+ *		end with PostgreSQL failing one of them with 40P01 (in the second,
+ *		the younger: rule 8): the caller retries.
  *		Every other wait holds nothing of its activity and waits ten times
  *		deadlock_timeout before it looks for a cycle, so it is never the
  *		victim: PostgreSQL's detector may fail any waiter whose check finds
@@ -126,7 +133,11 @@
  *		holder waiting for one of them could not be served by its giving
  *		way.  Before rule 7, one stress run in about forty lost that way
  *		(a holder waited 19 s, 22 innocent claims queued behind it failed,
- *		and another holder lost six times in a row).  A
+ *		and another holder lost six times in a row).  Before rule 8 took
+ *		the age, a backend whose holder wait lost looked later (5d instead
+ *		of 3d) until it committed: one CI stress run in several still had a
+ *		transaction lose four times in a row, to partners that began to
+ *		wait more than 2d after it.  A
  *		batch once gave back its user locks before every stripe wait and took
  *		them again after it: under 256 concurrent batches that was a loop of
  *		hundreds of lock manager calls per wait.  Without the gate, 256
@@ -249,6 +260,7 @@ static bool gave_way_to_holder = false;
 static void HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
 static bool HolderWaitsForUs(int64 activity);
+static void AgeMarker(bool take);
 
 /*
  * Rule 7: a restartable walk that would wait for a stripe while a
@@ -295,7 +307,9 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	if (restartable == 0 && RpHeldAny())
 	{
 		(void) RpLockMode(RP_LOCK_HOLDER, activity, 0, RowShareLock, true);
+		AgeMarker(true);
 		HolderWait(kind, activity, sub, mode);
+		AgeMarker(false);
 		RpUnlockMode(RP_LOCK_HOLDER, activity, 0, RowShareLock);
 	}
 	else
@@ -612,10 +626,10 @@ RpUnlockUser(int64 activity, uint32 user_hash)
 /*
  * How long a wait lasts before PostgreSQL looks for a cycle through it
  * (deadlock_timeout, the setting's value d): d inside a restartable
- * acquisition (rule 5), which must look first; 3d or 5d for a transaction
- * that holds locks of earlier claims on the activity (rule 4), which a
+ * acquisition (rule 5), which must look first; 3d for a transaction that
+ * holds locks of earlier claims on the activity (rule 4), which a
  * restartable call gives way to and which fails with 40P01 only in a cycle
- * of such transactions (HolderLook); 10d for every other wait, which holds
+ * of such transactions (rule 8); 10d for every other wait, which holds
  * nothing of the activity and is in no cycle of its locks.  RpPatientEnd undoes the
  * setting, or the transaction's (or subtransaction's) end does on an error.
  */
@@ -623,34 +637,41 @@ static int	patient_guc_level = 0;
 static bool patient = false;
 
 /*
- * Two transactions of rule 4 in a cycle: PostgreSQL fails the one that
- * looks first.  A backend whose holder wait lost that way looks 2d later
- * (5d) until one of its transactions commits, so that a caller retrying
- * the loser wins the next such cycle.  One step only: a claim that holds
- * nothing and waits for a holder's stripe looks at 10d from the start of
- * its own wait, and a holder that closes a cycle late, after more than
- * 10d minus its look, makes that claim the one PostgreSQL fails.
+ * Rule 8's age: when the first transaction of this backend's losing streak
+ * began (0: no holder wait lost since this backend last committed).
  */
-static int	holder_losses = 0;
+static TimestampTz streak_start = 0;
 
-static int
-HolderLook(void)
+static TimestampTz
+HolderAge(void)
 {
-	return holder_losses > 0 ? 5 : 3;
+	return streak_start != 0 ? streak_start : GetCurrentTransactionStartTimestamp();
 }
 
 static void
-HolderLossesAtCommit(XactEvent event, void *arg)
+StreakEndsAtCommit(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
-		holder_losses = 0;
+		streak_start = 0;
+}
+
+/* The age marker's key holds the age whole: its high half, then its low. */
+static void
+AgeMarker(bool take)
+{
+	uint64		age = (uint64) HolderAge();
+
+	if (take)
+		(void) RpLockMode(RP_LOCK_AGE, (int64) (age >> 32), (uint32) age, RowShareLock, true);
+	else
+		RpUnlockMode(RP_LOCK_AGE, (int64) (age >> 32), (uint32) age, RowShareLock);
 }
 
 void
 RpPatientBegin(int64 activity)
 {
-	int			times = RpHeldEarlier(activity) ? HolderLook() : 10;
+	int			times = RpHeldEarlier(activity) ? 3 : 10;
 
 	patient = restartable == 0;
 	if (!patient)
@@ -670,18 +691,19 @@ RpPatientEnd(void)
 }
 
 /*
- * Rule 6: a wait of a transaction that keeps locks from earlier calls
- * (rule 4) runs in a subtransaction.  When PostgreSQL finds it in a cycle
- * that a restartable walk (rule 5) is part of, the walk gives way within
- * 2d of the start of its wait: the holder gives way instead, for that once
- * (the rollback gives back only the lock it waited for), and waits again.
- * At most RP_MAX_YIELDS times (once after a loss, HolderLook), so that
- * its waits end before a wait that holds nothing looks for a cycle (10d):
- * PostgreSQL's detector would fail that one, queued behind the holder.
- * Then, as for a cycle without such a walk (holders only, or a batch
- * waiting for one stripe, holding its user locks), PostgreSQL's verdict
- * stands, and the loss makes this backend's next holder waits look later
- * (HolderLook).
+ * Rules 6 and 8: a wait of a transaction that keeps locks from earlier
+ * calls (rule 4) runs in a subtransaction.  When PostgreSQL finds it in a
+ * cycle that a restartable walk (rule 5) is part of, the walk gives way
+ * within 2d of the start of its wait; in a cycle of younger waits of 4
+ * only, the younger one looks later and loses.  Either way the holder
+ * gives way instead, for that once (the rollback gives back only the lock
+ * it waited for), and waits again.  At most RP_MAX_YIELDS times, so that
+ * its waits (3d each) end before a wait that holds nothing looks for a
+ * cycle (10d): PostgreSQL's detector would fail that one, queued behind
+ * the holder.  Then, as for a cycle with an older holder or with a batch
+ * waiting for one stripe (which keeps its user locks), PostgreSQL's
+ * verdict stands, and the loss starts or continues this backend's losing
+ * streak (HolderAge).
  */
 #define RP_MAX_YIELDS 2
 
@@ -811,34 +833,57 @@ HolderWaitsForUs(int64 activity)
 	return found;
 }
 
+/* The age an age marker in the lock table holds (AgeMarker). */
+static TimestampTz
+AgeOf(const LockInstanceData *e)
+{
+	return (TimestampTz) (((uint64) e->locktag.locktag_field2 << 32) |
+						  e->locktag.locktag_field3);
+}
+
 /*
- * Is a restartable walk in the cycle PostgreSQL just found the wait for
- * *waited in?  From a snapshot of the lock table: a walk waiting for a
- * stripe we hold has an edge to us; it is in the cycle when it is reached
- * from the holders of *waited by following, from each backend reached,
- * the holders of the lock it waits for.  A walk merely queued behind us
- * while we are in a cycle of holders (or with a batch waiting for one
- * stripe, which keeps its user locks) is not reached: then giving way
- * would only make the cycle last.
+ * Should the wait for *waited give way to the cycle PostgreSQL just found
+ * it in?  From a snapshot of the lock table: the backends reached from the
+ * holders of *waited by following, from each backend reached, the holders
+ * of the lock it waits for.  Yes when a walk waiting for a stripe we hold
+ * is among them (rule 6: it has an edge to us, so it is in the cycle), or
+ * when waits of rule 4 are among them and every one is younger than ours
+ * (rule 8; the same age goes to the lower pid).  A walk merely queued
+ * behind us while we are in a cycle of holders (or with a batch waiting
+ * for one stripe, which keeps its user locks) is not reached: then giving
+ * way would only make the cycle last.
  */
 static bool
-WalkerInCycle(const LOCKTAG *waited)
+GiveWayInCycle(const LOCKTAG *waited)
 {
 	LockData   *data = GetLockStatusData();
 	int		   *walkers = palloc(sizeof(int) * (data->nelements + 1));
 	int		   *seen = palloc(sizeof(int) * (data->nelements + 1));
 	int			nwalkers = WalkersOfMine(data, walkers);
-	int			nseen = nwalkers > 0 ? AddHolders(data, waited, seen, 0) : 0;
-	bool		found = false;
+	int			nseen = AddWaitedFor(data, seen, AddHolders(data, waited, seen, 0));
+	TimestampTz ours = HolderAge();
+	bool		walker = false;
+	bool		younger = false;
+	bool		older = false;
 
-	nseen = AddWaitedFor(data, seen, nseen);
-	for (int w = 0; w < nwalkers && !found; w++)
-		found = InSeen(seen, nseen, walkers[w]);
+	for (int w = 0; w < nwalkers && !walker; w++)
+		walker = InSeen(seen, nseen, walkers[w]);
+	for (int i = 0; i < data->nelements; i++)
+	{
+		const LockInstanceData *e = &data->locks[i];
+
+		if (!IsOurs(e, RP_LOCK_AGE) || !InSeen(seen, nseen, e->pid))
+			continue;
+		if (AgeOf(e) < ours || (AgeOf(e) == ours && e->pid < MyProcPid))
+			older = true;
+		else
+			younger = true;
+	}
 	pfree(walkers);
 	pfree(seen);
 	pfree(data->locks);
 	pfree(data);
-	return found;
+	return walker || (younger && !older);
 }
 
 static bool
@@ -859,12 +904,13 @@ HolderGaveWay(RpSubCall *call, int sqlerrcode)
 	if (sqlerrcode != ERRCODE_T_R_DEADLOCK_DETECTED)
 		return false;
 	RpLockTag(&waited, call->kind, call->activity, call->sub);
-	if (call->yields_left > 0 && WalkerInCycle(&waited))
+	if (call->yields_left > 0 && GiveWayInCycle(&waited))
 	{
 		call->yields_left--;
 		return true;
 	}
-	holder_losses++;
+	if (streak_start == 0)
+		streak_start = GetCurrentTransactionStartTimestamp();
 	return false;
 }
 
@@ -879,8 +925,7 @@ HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 	call.activity = activity;
 	call.sub = sub;
 	call.mode = mode;
-	/* a holder that looks at 5d gives way once: its waits end by 10d */
-	call.yields_left = holder_losses > 0 ? 1 : RP_MAX_YIELDS;
+	call.yields_left = RP_MAX_YIELDS;
 
 	while (InSubTransaction(&call) == RP_STEP_RESTART)
 		ereport(DEBUG1,
@@ -980,5 +1025,5 @@ RpLocksInit(void)
 							&rp_max_waiting,
 							RP_DEFAULT_MAX_WAITING, RP_MIN_MAX_WAITING, RP_MAX_MAX_WAITING,
 							PGC_USERSET, 0, NULL, NULL, NULL);
-	RegisterXactCallback(HolderLossesAtCommit, NULL);
+	RegisterXactCallback(StreakEndsAtCommit, NULL);
 }

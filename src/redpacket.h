@@ -50,8 +50,10 @@ typedef enum RpLockKind
 	RP_LOCK_WAITING = 0x5207,	/* held by a claim while it waits (locks.c) */
 	RP_LOCK_WALKER = 0x5208,	/* held by a restartable walk while it waits
 								 * for that stripe (locks.c) */
-	RP_LOCK_HOLDER = 0x5209		/* held by a transaction of rule 4 while it
+	RP_LOCK_HOLDER = 0x5209,	/* held by a transaction of rule 4 while it
 								 * waits on the activity (locks.c) */
+	RP_LOCK_AGE = 0x520A		/* held with the HOLDER marker; its key is
+								 * the waiting transaction's age (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
