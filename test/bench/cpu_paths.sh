@@ -14,7 +14,9 @@
 # Environment: CPU_OPS (100000 a run), CPU_ROUNDS (3), CPU_STRIPES (16; a
 # list such as "16 64" measures the direct path at each stripe count in the
 # same rounds, e.g. make bench's default of 64 against 16; the SPI path runs
-# at the first).
+# at the first), CPU_UNPINNED=1 (also the direct path with rp_claim's
+# SET search_path reset, kind "unpinned": what the pin costs a claim; the
+# setting is put back after each run).
 # Run as an ordinary user; as root it re-runs itself as postgres.
 set -euo pipefail
 BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,12 +52,20 @@ one() {   # one KIND LABEL STRIPES [PGOPTIONS] -> "µs_per_op anon_growth_kb"
 
 KINDS=()
 for st in "${STRIPES[@]}"; do KINDS+=("direct$st"); done
+[ "${CPU_UNPINNED:-0}" != 1 ] || KINDS+=(unpinned)
 KINDS+=("spi${STRIPES[0]}" ceiling)
+CLAIM_FN="redpacket.rp_claim(bigint, text, numeric, text)"
+unpinned() {   # the direct path, rp_claim without its SET search_path
+    bench_psql -q -c "ALTER FUNCTION $CLAIM_FN RESET search_path"
+    one rp_claim unpinned "${STRIPES[0]}" "-c redpacket.direct_claims=on"
+    bench_psql -q -c "ALTER FUNCTION $CLAIM_FN SET search_path = pg_catalog, pg_temp"
+}
 declare -A ALL=()
 for r in $(seq 1 "$ROUNDS"); do
     for k in "${KINDS[@]}"; do
         case $k in
             direct*) out=$(one rp_claim "$k" "${k#direct}" "-c redpacket.direct_claims=on") ;;
+            unpinned) out=$(unpinned) ;;
             spi*) out=$(one rp_claim "$k" "${k#spi}" "-c redpacket.direct_claims=off") ;;
             ceiling) out=$(one ceiling ceiling 0) ;;
         esac
