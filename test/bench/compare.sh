@@ -153,12 +153,18 @@ summary() {
     done
 }
 summary
+# A tree's name in the summary: its git revision, the revision it was
+# exported from, or its path.
+tree_name() {   # tree_name DIR EXPORTED_REV
+    git -C "$1" rev-parse --short HEAD 2>/dev/null ||
+        { [ "$1" = "$WORK/old" ] && echo "$2"; } || echo "$1"
+}
 if [ -n "$OUT" ]; then
     {
         echo "# Two builds side by side (test/bench/compare.sh)"
         echo
-        echo "old: $( [ -d "$OLD_SRC/.git" ] && git -C "$OLD_SRC" rev-parse --short HEAD || echo "$OLD_REV")," \
-             "new: $(git -C "$NEW_SRC" rev-parse --short HEAD); $ROUNDS rounds each, alternating;" \
+        echo "old: $(tree_name "$OLD_SRC" "$OLD_REV"), new: $(tree_name "$NEW_SRC" "");" \
+             "$ROUNDS rounds each, alternating;" \
              "$CLIENTS clients ($LUCKY_CLIENTS for the lucky draws, $LUCKY_PACKETS packets), $DURATION s a run;" \
              "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)."
         echo
