@@ -135,7 +135,7 @@
  *		(a holder waited 19 s, 22 innocent claims queued behind it failed,
  *		and another holder lost six times in a row).  Before rule 8 took
  *		the age, a backend whose holder wait lost looked later (5d instead
- *		of 3d) until it committed: one CI stress run in several still had a
+ *		of 3d) until it committed: a CI stress run still had a
  *		transaction lose four times in a row, to partners that began to
  *		wait more than 2d after it.  A
  *		batch once gave back its user locks before every stripe wait and took
@@ -260,7 +260,8 @@ static bool gave_way_to_holder = false;
 static void HolderWait(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
 static bool HolderWaitsForUs(int64 activity);
-static void AgeMarker(bool take);
+static TimestampTz AgeMarkerTake(void);
+static void AgeMarkerDrop(TimestampTz age);
 
 /*
  * Rule 7: a restartable walk that would wait for a stripe while a
@@ -306,10 +307,12 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 		(void) RpLockMode(RP_LOCK_WALKER, activity, sub, RowShareLock, true);
 	if (restartable == 0 && RpHeldAny())
 	{
+		TimestampTz age;
+
 		(void) RpLockMode(RP_LOCK_HOLDER, activity, 0, RowShareLock, true);
-		AgeMarker(true);
+		age = AgeMarkerTake();
 		HolderWait(kind, activity, sub, mode);
-		AgeMarker(false);
+		AgeMarkerDrop(age);
 		RpUnlockMode(RP_LOCK_HOLDER, activity, 0, RowShareLock);
 	}
 	else
@@ -656,16 +659,25 @@ StreakEndsAtCommit(XactEvent event, void *arg)
 		streak_start = 0;
 }
 
-/* The age marker's key holds the age whole: its high half, then its low. */
-static void
-AgeMarker(bool take)
+/*
+ * The age marker's key holds the age whole: its high half, then its low.
+ * Dropped with the age it was taken with (a loss, which changes the age,
+ * ends the wait with an error, and the abort drops the marker).
+ */
+static TimestampTz
+AgeMarkerTake(void)
 {
-	uint64		age = (uint64) HolderAge();
+	TimestampTz age = HolderAge();
 
-	if (take)
-		(void) RpLockMode(RP_LOCK_AGE, (int64) (age >> 32), (uint32) age, RowShareLock, true);
-	else
-		RpUnlockMode(RP_LOCK_AGE, (int64) (age >> 32), (uint32) age, RowShareLock);
+	(void) RpLockMode(RP_LOCK_AGE, (int64) ((uint64) age >> 32), (uint32) age,
+					  RowShareLock, true);
+	return age;
+}
+
+static void
+AgeMarkerDrop(TimestampTz age)
+{
+	RpUnlockMode(RP_LOCK_AGE, (int64) ((uint64) age >> 32), (uint32) age, RowShareLock);
 }
 
 void
