@@ -117,7 +117,7 @@ SELECT what, pg_temp.err(q) FROM (VALUES
 SELECT count(*) = :before_errors AS nothing_written FROM redpacket.eligible;
 SELECT count(*) AS lists_of_settled FROM redpacket.eligible WHERE activity_id = :r;
 
--- the list needs no more than one lock per user bucket (64) ---------------------
+-- the list needs no more than one lock per user bucket (64), and the activity's --
 SELECT redpacket.rp_create_activity(100.00, name => 'many', restricted => true) AS m \gset
 BEGIN;
 SELECT redpacket.rp_allow(:m, ARRAY(SELECT 'user-' || g FROM generate_series(1, 5000) g)) AS added;
@@ -130,7 +130,7 @@ SELECT redpacket.rp_disallow(:m, ARRAY(SELECT 'user-' || g FROM generate_series(
 SELECT count(*) AS our_locks FROM pg_locks
  WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND objsubid BETWEEN 20992 AND 21247;
 COMMIT;
--- one user: one bucket
+-- one user: one bucket, and the activity
 BEGIN;
 SELECT redpacket.rp_allow(:m, ARRAY['solo']) AS added;
 SELECT count(*) AS our_locks FROM pg_locks

@@ -495,8 +495,7 @@ rp_close_activity(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	RpRequireLocalActivity(PG_GETARG_INT64(0));
 	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
-	RpWaitAllStripes(&act);
-	RpNoteHeld(act.id);			/* its stripes stay locked: rule 4 in locks.c */
+	RpWalk(&act);
 	remainder = RpSettle(&act, "closed");
 	SPI_finish();
 	PG_RETURN_NUMERIC(RpUnitsToAmount(remainder, act.scale));
@@ -516,8 +515,7 @@ SetFrozen(int64 activity, text *reason)
 	RpRequireLocalActivity(activity);
 	(void) RpFetchActivity(activity, &act, false);
 	/* wait for claims in flight; later ones see the new state */
-	RpWaitAllStripes(&act);
-	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
+	RpWalk(&act);
 	RpCheckStripeRows(&act);
 	before = RpActivityState(activity, "frozen_reason");
 	values[0] = Int64GetDatum(activity);

@@ -37,9 +37,9 @@ RpLockTag(LOCKTAG *tag, RpLockKind kind, int64 activity, uint32 sub)
 
 /*
  * Our locks belong to the (sub)transaction, not to the portal running the
- * statement: a restartable wait (locks.c) takes them in a subtransaction of
- * its own, which hands them to its parent's owner when it succeeds, and
- * they are given back the same way whoever took them.  On an error the
+ * statement: a reconciliation unit (reconcile.c) takes them in a
+ * subtransaction of its own, which hands them to its parent's owner when
+ * it succeeds, and they are given back the same way whoever took them.  On an error the
  * abort (or the handler that catches it) resets CurrentResourceOwner.
  */
 bool
@@ -69,9 +69,9 @@ RpUnlockMode(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 }
 
 /*
- * How many other transactions hold the lock, in any mode: for the markers
- * (RP_LOCK_WAITING, RP_LOCK_WALKER), which are only ever taken in modes that
- * conflict with none of theirs.
+ * How many other transactions hold the lock, in any mode: for the waiting
+ * marker (RP_LOCK_WAITING), which is only ever taken in a mode that
+ * conflicts with none of its own.
  */
 int
 RpLockHolders(RpLockKind kind, int64 activity, uint32 sub)

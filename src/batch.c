@@ -551,7 +551,7 @@ BatchAttempt(int64 activity, BatchElem *e, int n, bool all_held, int *wait_strip
  * then each user, so concurrent batches of different users do not wait for
  * each other.  A larger batch locks its buckets exclusively instead (at most
  * RP_USER_BUCKETS locks whatever its size).  Either way buckets are taken in
- * bucket order, then users in hash order (rule 2 in locks.c).
+ * bucket order, then users in hash order (rule 3 in locks.c).
  */
 #define RP_BATCH_USER_LOCKS 128
 
@@ -606,25 +606,50 @@ BatchBusy(const RpActivity *act, BatchElem *e, int n)
 }
 
 /*
- * The batch, by the protocol in locks.c: take an admission slot (rule 0),
- * wait for the user locks in order and keep them; then at most three
- * attempts (the slot, the user locks and the stripes written stay locked to
- * the end of the transaction; a batch that wrote no stripe gives the slot
- * back).  The first try-locks the stripes it needs.  If every stripe that
- * could pay is busy, wait for one (holding the user locks but no stripe)
- * and try again with it.  If every stripe is needed and one is busy (or the
- * second attempt fails too), let go of the stripes and the user locks and
- * walk: the user locks in order again, then every stripe in stripe order
- * (restartable, rule 5 in locks.c); the claims of its users are read again
- * and the last attempt then cannot fail.  A wait refused for busy gives
- * back what the call took and answers busy.
+ * Gather every stripe for the batch's last attempt (rule 4 in locks.c): a
+ * batch that is not earlier gives back its user locks and slot and waits
+ * holding nothing of the activity, then takes its user locks again (free
+ * then).  False for busy, holding no user lock of its own.
+ */
+static bool
+BatchGather(RpCall *call, const RpActivity *act, const RpUserLocks *bl, int *gate)
+{
+	if (!call->earlier)
+	{
+		RpUnlockUsers(bl);
+		RpBatchGateLeave(act->id, *gate);
+		*gate = -1;
+	}
+	if (!RpGatherBegin(call, act))
+	{
+		if (call->earlier)
+			RpUnlockUsers(bl);
+		return false;
+	}
+	if (!call->earlier)
+		(void) RpLockUsers(bl);
+	return true;
+}
+
+/*
+ * The batch, by the protocol in locks.c: the activity lock, an admission
+ * slot, the user locks in order (kept); then at most three attempts (the
+ * slot, the user locks and the stripes written stay locked to the end of
+ * the transaction; a batch that wrote no stripe gives the slot back).  The
+ * first try-locks the stripes it needs.  If every stripe that could pay is
+ * busy, wait for one (holding the user locks but no stripe) and try again
+ * with it.  If every stripe is needed and one is busy (or the second
+ * attempt fails too), gather (BatchGather); the claims of its users are
+ * read again and the last attempt then cannot fail.  A wait refused for
+ * busy gives back what the call took and answers busy.
  */
 static void
 ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 {
 	int64		activity = meta->id;
 	RpUserLocks	bl;
-	int			gate;
+	RpCall		call;
+	int			gate = -1;
 	int			wait_stripe;
 	int			kept = -1;		/* stripe waited for, held for the next attempt */
 	bool		all_held = false;
@@ -639,10 +664,11 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 	FindRoots(e, n, true);
 	FindRoots(e, n, false);
 
-	gate = RpBatchGateEnter(meta);	/* rule 0: one lock while waiting its turn */
-	if (gate == RP_GATE_BUSY || !RpLockUsers(&bl))
+	if (!RpCallBegin(&call, activity) ||
+		(gate = RpBatchGateEnter(meta, &call)) == RP_GATE_BUSY || !RpLockUsers(&bl))
 	{
 		RpBatchGateLeave(activity, gate);
+		RpCallEnd(&call, false);
 		BatchBusy(meta, e, n);
 		return;
 	}
@@ -666,9 +692,7 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 		}
 		else
 		{
-			/* a walk gives back all it took (rule 5): the users too */
-			RpUnlockUsers(&bl);
-			users_held = RpWaitUsersAndAllStripes(&act, &bl);
+			users_held = BatchGather(&call, &act, &bl, &gate);
 			if (!users_held)
 				break;
 			ReadHeld(&act, e, n);	/* the users' claims may have changed */
@@ -682,17 +706,17 @@ ClaimBatch(const RpActivity *meta, BatchElem *e, int n)
 		if (users_held)
 			RpUnlockUsers(&bl);
 		RpBatchGateLeave(activity, gate);
+		RpCallEnd(&call, false);
 		BatchBusy(&act, e, n);
 		return;
 	}
 	if (all_held)
-		for (int s = 0; s < act.stripes; s++)
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
+		RpGatherEnd(&call, &act);
 	for (int i = 0; i < n; i++)
 		wrote |= e[i].out.status == RP_CLAIMED;	/* it paid a claim: it wrote a stripe */
 	if (!wrote)
 		RpBatchGateLeave(activity, gate);
-	RpNoteHeld(activity);
+	RpCallEnd(&call, true);
 }
 
 /* Deconstruct an optional array argument, checking its length. */

@@ -28,14 +28,14 @@
  *		- dealt, undealt: money and packets of a lucky draw drawn ahead for
  *		  the whole activity and handed to a stripe, and the rest (alloc.c).
  *		- gather: holding every stripe of the activity, to decide over all
- *		  of it; the gatherer: a single claim that gathers by rule 3 of the
- *		  protocol (locks.c); a walker: anything that waits for every stripe
- *		  in stripe order (a gatherer, a batch, close, freeze, the
+ *		  of it (rule 4 of the protocol, locks.c); a walker: anything that
+ *		  takes the activity lock exclusively and then every stripe (a
+ *		  gathering claim or batch, close, freeze, reversals, the
  *		  reconciler, the live changes of an activity).
  *		- kept locks: locks held past a call to the end of the transaction
- *		  (the stripes written, a batch's user locks and gate slot); a
- *		  transaction of rule 4 keeps locks of earlier calls on the activity.
- *		- patient wait: a wait with ten times deadlock_timeout (locks.c).
+ *		  (the activity lock, the stripes written, a batch's user locks and
+ *		  gate slot); an earlier call is one whose transaction keeps locks
+ *		  of earlier calls on the activity.
  *		- busy: the answer of a claim that would wait while
  *		  redpacket.max_waiting claims already wait (locks.c).
  */
@@ -401,6 +401,27 @@ ClaimAttempt(int64 activity, RpClaimRequest *req, bool all_held, RpOutcome *out,
 }
 
 /*
+ * Gather every stripe for the next attempt, taking the user's locks again
+ * after them (a call that is not earlier gives them back first: it waits
+ * holding nothing of the activity).  False for busy, holding no user lock.
+ */
+static bool
+ClaimGather(RpCall *call, const RpActivity *act, uint32 user_hash)
+{
+	if (!call->earlier)
+		RpUnlockUser(act->id, user_hash);
+	if (!RpGatherBegin(call, act))
+	{
+		if (call->earlier)
+			RpUnlockUser(act->id, user_hash);
+		return false;
+	}
+	if (!call->earlier)
+		(void) RpLockUser(act->id, user_hash, true);	/* free now */
+	return true;
+}
+
+/*
  * A claim that must answer busy: but a status that comes before busy in the
  * order is still answered (a retry that finds its claim gets duplicate), as
  * far as it can be known without the user's lock.
@@ -416,13 +437,13 @@ ClaimBusy(int64 activity, RpClaimRequest *req, RpOutcome *out)
 }
 
 /*
- * One claim, in as many attempts as it takes, by the protocol in locks.c.
- * An attempt that finds a stripe busy has written nothing; the claim then
- * waits for that stripe holding nothing it took, keeps it, and tries again,
- * taking the user's locks only if they are free.  An attempt that needs
- * every stripe makes the claim a gatherer, unless the transaction holds
- * locks of earlier claims on the activity.  A wait refused for busy ends
- * the claim with that answer.
+ * One claim, in as many attempts as it takes, by the protocol in locks.c:
+ * the activity lock, the user's locks, then attempts.  An attempt that
+ * finds a stripe busy has written nothing; the claim then waits for that
+ * stripe (holding its user's locks), keeps it, and tries again.  An
+ * attempt that needs every stripe gathers them (ClaimGather).  A wait
+ * refused for busy ends the claim with that answer, having given back what
+ * the call took.
  */
 void
 RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
@@ -431,28 +452,18 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 	int			kept = -1;		/* stripe waited for and kept for the next attempt */
 	RpActivity	gather;			/* .id != 0 while gathering */
 	RpTakeResult took;
-	bool		busy = false;
+	RpCall		call;
+	bool		user_held = false;
 
 	RpCheckRequest(req);
 	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
 	req->user_hash = RpUserHash(req->user_id);
 	gather.id = 0;
 
-	for (;;)
+	if (RpCallBegin(&call, activity))
+		user_held = RpLockUser(activity, req->user_hash, true);
+	while (user_held)
 	{
-		/* Serialize this user's claims on this activity. */
-		if (kept >= 0 && !RpLockUser(activity, req->user_hash, false))
-		{
-			/* never wait for the user while holding a stripe we took */
-			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
-			kept = -1;
-		}
-		if (kept < 0 && gather.id == 0 && !RpLockUser(activity, req->user_hash, true))
-		{
-			busy = true;
-			break;
-		}
-
 		took = ClaimAttempt(activity, req, gather.id != 0, out, &wait_stripe);
 
 		/* the attempt took its own lock on any stripe it wrote */
@@ -460,40 +471,28 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 			RpUnlock(RP_LOCK_STRIPE, activity, (uint32) kept);
 		kept = -1;
 		if (gather.id != 0)
-			RpGatherEnd(&gather);
+			RpGatherEnd(&call, &gather);
 		gather.id = 0;
 		if (took == RP_TAKE_OK)
 			break;
-
-		RpUnlockUser(activity, req->user_hash);
 		if (took == RP_TAKE_STALE)
 			continue;			/* read the activity again */
 		RpStatsCount(activity, RP_STAT_WAIT);
-		if (took == RP_TAKE_GATHER && !RpHeldEarlier(activity) &&
-			RpActivityMeta(activity, &gather))
-		{
-			if (!RpGatherBegin(&gather, req->user_hash))
-			{
-				gather.id = 0;
-				busy = true;
-				break;
-			}
-		}
+		if (took == RP_TAKE_GATHER && RpActivityMeta(activity, &gather))
+			user_held = ClaimGather(&call, &gather, req->user_hash);
+		else if (RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock))
+			kept = wait_stripe;
 		else
 		{
-			gather.id = 0;
-			if (!RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock))
-			{
-				busy = true;
-				break;
-			}
-			kept = wait_stripe;
+			RpUnlockUser(activity, req->user_hash);
+			user_held = false;
 		}
+		if (!user_held)
+			gather.id = 0;
 	}
-	if (busy)
+	if (!user_held)
 		ClaimBusy(activity, req, out);
-	else
-		RpNoteHeld(activity);
+	RpCallEnd(&call, user_held);
 	RpStatsCount(activity, out->status);
 }
 

@@ -6,11 +6,12 @@
  *		engine's rules.c).  rp_allow and rp_disallow change the list in bulk.
  *
  *		Locks.  A claim decides eligibility holding its user's lock and
- *		bucket (locks.c).  rp_allow and rp_disallow hold the buckets of the
- *		users they list in ExclusiveLock, as a large batch does: at most
- *		RP_USER_BUCKETS locks whatever the size of the list, taken in bucket
- *		order holding nothing else of the activity (rule 2 in locks.c), kept
- *		to the end of the transaction.  So a claim of a listed user is
+ *		bucket (locks.c).  rp_allow and rp_disallow hold the activity lock
+ *		shared, as a claim does, and the buckets of the users they list in
+ *		ExclusiveLock, as a large batch does: at most RP_USER_BUCKETS locks
+ *		whatever the size of the list, taken in bucket order holding nothing
+ *		else of the activity (rule 3 in locks.c), kept to the end of the
+ *		transaction.  So a claim of a listed user is
  *		either wholly before a change of the list or wholly after it: it
  *		never pays after a removal that committed before it, and a removal
  *		never touches a claim already made (a retry answers duplicate,
@@ -108,20 +109,24 @@ UserIds(FunctionCallInfo fcinfo, int argno, ArrayType **array, int *n)
 }
 
 /*
- * The buckets of the users, in ExclusiveLock and bucket order (at most
- * RP_USER_BUCKETS locks), kept to the end of the transaction.
+ * The activity lock shared, then the buckets of the users in ExclusiveLock
+ * and bucket order (at most RP_USER_BUCKETS locks), kept to the end of the
+ * transaction.  Outside a claim's busy scope no wait is refused.
  */
 static void
 LockBuckets(int64 activity, const Datum *users, int n)
 {
 	bool		used[RP_USER_BUCKETS] = {false};
+	RpCall		call;
+
+	(void) RpCallBegin(&call, activity);
 
 	for (int i = 0; i < n; i++)
 		used[RpUserHash(DatumGetTextPP(users[i])) % RP_USER_BUCKETS] = true;
 	for (uint32 b = 0; b < RP_USER_BUCKETS; b++)
 		if (used[b])
-			(void) RpWaitLock(RP_LOCK_BUCKET, activity, b, ExclusiveLock);	/* never busy here */
-	RpNoteHeld(activity);		/* the buckets stay locked: rule 4 in locks.c */
+			(void) RpWaitLock(RP_LOCK_BUCKET, activity, b, ExclusiveLock);
+	RpCallEnd(&call, true);
 }
 
 /* rp_allow (allow) and rp_disallow: the number of users added or removed. */

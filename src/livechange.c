@@ -245,15 +245,13 @@ ChangeBegin(int64 activity, const char *func, RpActivity *act)
 }
 
 /*
- * Every stripe lock, in stripe order holding nothing else of the activity,
- * kept to the end of the transaction (rule 4 in locks.c); then the row as
- * it is now, still open.
+ * The activity as a walker holds it, kept to the end of the transaction
+ * (locks.c); then the row as it is now, still open.
  */
 static void
 ChangeLock(RpActivity *act, const char *func)
 {
-	RpWaitAllStripes(act);
-	RpNoteHeld(act->id);
+	RpWalk(act);
 	LockActivityRow(act);
 	RefuseSettled(act, func);
 	RpCheckStripeRows(act);

@@ -1,7 +1,7 @@
 /*
  * locks.h
- *		The claim paths' locking protocol (locks.c, whose file comment has the
- *		rules and why they never make a single call part of a deadlock), and
+ *		How claims and batches lock their activity (locks.c, whose file
+ *		comment has the protocol and why no single call closes a cycle), and
  *		load shedding with redpacket.max_waiting.
  */
 #ifndef RP_LOCKS_H
@@ -17,12 +17,24 @@ extern void RpLocksInit(void);
 
 /* Inside the scope a wait may be refused for busy; returns the outer scope. */
 extern bool RpBusyScope(bool on);
+extern bool RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
+
+/* A claim's or batch's hold on its activity (rules 1 and 4 in locks.c). */
+typedef struct RpCall
+{
+	int64		activity;
+	bool		earlier;		/* the transaction kept locks of it before */
+	bool		shared;			/* this call holds the activity lock shared */
+} RpCall;
+extern bool RpCallBegin(RpCall *call, int64 activity);
+extern void RpCallEnd(RpCall *call, bool keep);
+extern bool RpGatherBegin(RpCall *call, const RpActivity *act);
+extern void RpGatherEnd(RpCall *call, const RpActivity *act);
 
 extern bool RpLockUser(int64 activity, uint32 user_hash, bool wait);
 extern void RpUnlockUser(int64 activity, uint32 user_hash);
-extern bool RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
 
-/* A batch's user locks (rule 2 in locks.c). */
+/* A batch's user locks (rule 3 in locks.c). */
 typedef struct RpUserLocks
 {
 	int64		activity;
@@ -33,14 +45,9 @@ typedef struct RpUserLocks
 } RpUserLocks;
 extern bool RpLockUsers(const RpUserLocks *ul);
 extern void RpUnlockUsers(const RpUserLocks *ul);
-extern bool RpWaitUsersAndAllStripes(const RpActivity *act, const RpUserLocks *ul);
-extern bool RpGatherBegin(const RpActivity *act, uint32 user_hash);
-extern void RpGatherEnd(const RpActivity *act);
-extern void RpPatientBegin(int64 activity);
-extern void RpPatientEnd(void);
 
 #define RP_GATE_BUSY (-2)
-extern int	RpBatchGateEnter(const RpActivity *act);
+extern int	RpBatchGateEnter(const RpActivity *act, const RpCall *call);
 extern void RpBatchGateLeave(int64 activity, int slot);
 
 #endif							/* RP_LOCKS_H */

@@ -23,9 +23,11 @@
  *		on the same), so the claims visible after taking every stripe lock of
  *		the activity are all the claims with smaller ids there will ever be.
  *		Advance therefore passes claims only (a) of a settled activity (no
- *		claim can come any more), (b) while it holds every stripe lock of the
- *		activity for a moment, each tried without waiting (it gives them back
- *		at once, and skips this part when one is busy), or (c) up to the
+ *		claim can come any more), (b) up to the last claim it sees while it
+ *		holds the activity for a moment as a walker does (locks.c), tried
+ *		without waiting (it reads that claim's id and gives the locks back
+ *		before its scan; it skips this part when a claim holds the
+ *		activity), or (c) up to the
  *		reconciliation watermark (reconcile_state.last_claim_id, which a pass
  *		sets holding every stripe lock).  It never waits for a lock, and only
  *		one transaction advances an activity at a time (its settlement_state
@@ -97,6 +99,13 @@ static RpPlan insert_state = {
 static RpPlan watermark = {
 	"SELECT r.last_claim_id FROM redpacket.reconcile_state r"
 	" WHERE r.activity_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}, NULL, true
+};
+
+/* The last claim of activity $1 (NULL: none), read holding the activity. */
+static RpPlan last_claim = {
+	"SELECT pg_catalog.max(c.claim_id) FROM redpacket.claim c"
+	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}, NULL, true
 };
 
@@ -244,11 +253,31 @@ LockFrontier(int64 activity, int64 *through)
 	return true;
 }
 
+/*
+ * How far the frontier may move (see (b) and (c) in the header) into
+ * values[2] and nulls[2]; an open activity always has a limit.
+ */
 static void
-UnlockStripes(const RpActivity *act)
+AdvanceLimit(const RpActivity *act, Datum *values, char *nulls)
 {
-	for (int s = 0; s < act->stripes; s++)
-		RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
+	RpPlan	   *plan = &watermark;
+	int			busy;
+	bool		isnull = true;
+	Datum		last = (Datum) 0;
+
+	if (act->closed)
+		return;
+	if (RpWalkTry(act, &busy))
+		plan = &last_claim;
+	if (RpExecOn(plan, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read how far the claims of activity " INT64_FORMAT " are done",
+			 act->id);
+	if (plan == &last_claim)
+		RpWalkEnd(act, false);
+	if (SPI_processed == 1)
+		last = RpGetDatum(0, 1, &isnull);
+	values[2] = isnull ? Int64GetDatum(0) : last;
+	nulls[2] = ' ';
 }
 
 /* Move the activity's frontier as far as is safe (see the file header). */
@@ -260,8 +289,6 @@ Advance(int64 activity)
 	char		nulls[3] = {' ', ' ', 'n'};
 	int64		through;
 	bool		isnull;
-	bool		locked = false;
-	int			busy;
 
 	if (!CanAdvance() || !RpFetchActivity(activity, &act, true))
 		return;
@@ -270,21 +297,10 @@ Advance(int64 activity)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	if (!DatumGetBool(RpGetDatum(0, 2, &isnull)) || !LockFrontier(activity, &through))
 		return;
-
-	/* How far no claim can still come: see (a), (b), (c) in the header. */
-	if (!act.closed && !(locked = RpTryLockAllStripes(&act, &busy)))
-	{
-		if (RpExecOn(&watermark, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the reconciliation state of activity " INT64_FORMAT,
-				 activity);
-		values[2] = Int64GetDatum(SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0);
-		nulls[2] = ' ';
-	}
+	AdvanceLimit(&act, values, nulls);
 	values[1] = Int64GetDatum(through);
 	if (RpExec(&advance, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not advance the settlement state of activity " INT64_FORMAT, activity);
-	if (locked)
-		UnlockStripes(&act);
 	if (RpExecOn(&delete_settled_gaps, RpDistributed(), values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete settled gaps of activity " INT64_FORMAT, activity);
 }

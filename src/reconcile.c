@@ -383,17 +383,9 @@ FreezeOnMismatch(RpCheck *c, bool was_frozen)
 	c->frozen = was_frozen || c->froze;
 }
 
-/* Give back the stripe locks of an activity (held by the current resource owner). */
-static void
-UnlockStripes(int64 activity, int stripes)
-{
-	for (int s = 0; s < stripes; s++)
-		RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
-}
-
 /*
- * The work of a unit, in its subtransaction: (for a unit that waits) take
- * every stripe lock, look at each activity, settle those whose time is up
+ * The work of a unit, in its subtransaction: (for a unit that waits) hold
+ * the activity as a walker does (locks.c), look at each activity, settle those whose time is up
  * (exactly once: see settle.c), check and record the complete ones, freeze
  * those that failed.  Nothing is written for an incomplete activity.
  */
@@ -415,7 +407,7 @@ UnitStep(void *arg)
 		RpActivity	act = {.id = u->checks[0].activity,.stripes = u->stripes};
 
 		Assert(u->n == 1);
-		RpWaitAllStripes(&act);
+		RpWalkWait(&act);
 	}
 	for (int i = 0; i < u->n; i++)
 		ids[i] = u->checks[i].activity;
@@ -471,7 +463,11 @@ UnitStep(void *arg)
 	}
 	/* a unit that took its locks gives back what it need not keep */
 	if (u->wait && !(u->checks[0].settled || u->checks[0].froze))
-		UnlockStripes(u->checks[0].activity, u->stripes);
+	{
+		RpActivity	act = {.id = u->checks[0].activity,.stripes = u->stripes};
+
+		RpWalkEnd(&act, false);
+	}
 }
 
 /*
@@ -661,11 +657,12 @@ NewUnit(RpPass *pass, int n)
 }
 
 /*
- * The stripe locks the unit keeps to the end of the transaction (those of
- * what it settled or froze, which claims read), giving back the others
- * (stripes[i] of activity i: a batch's, taken at this level; a unit that
- * waited gives its own back inside its subtransaction, in UnitStep).
- * Returns how many it keeps.
+ * The locks the unit keeps to the end of the transaction (those of what it
+ * settled or froze, which claims read: noted as held, so that a later call
+ * of the transaction on the activity is an earlier one), giving back the
+ * others (stripes[i] of activity i: a batch's, taken at this level; a unit
+ * that waited gives its own back inside its subtransaction, in UnitStep).
+ * Returns how many stripe locks it keeps.
  */
 static int
 UnitKeep(RpUnit *u, const int *stripes)
@@ -675,12 +672,13 @@ UnitKeep(RpUnit *u, const int *stripes)
 	for (int i = 0; i < u->n; i++)
 	{
 		RpCheck    *c = &u->checks[i];
-		int			n = u->wait ? u->stripes : stripes[i];
+		RpActivity	act = {.id = c->activity,.stripes = u->wait ? u->stripes : stripes[i]};
+		bool		keep = u->looks[i].exists && (c->settled || c->froze);
 
-		if (u->looks[i].exists && (c->settled || c->froze))
-			kept += n;
-		else if (!u->wait)
-			UnlockStripes(c->activity, n);
+		if (keep)
+			kept += act.stripes;
+		if (keep || !u->wait)
+			RpWalkEnd(&act, keep);
 	}
 	return kept;
 }
@@ -716,7 +714,11 @@ CheckOne(RpPass *pass, int64 activity, bool full, int held_stripes)
 		UnitFailed(u, err);
 		/* its locks went with the subtransaction, or the caller still holds them */
 		if (held_stripes > 0)
-			UnlockStripes(activity, held_stripes);
+		{
+			RpActivity	act = {.id = activity,.stripes = held_stripes};
+
+			RpWalkEnd(&act, false);
+		}
 	}
 	else if (!pass->verify)
 		pass->kept_locks += UnitKeep(u, &held_stripes);
@@ -774,7 +776,7 @@ CheckBatch(RpPass *pass, int from, int budget)
 		/* on a Citus cluster each node checks the activities it holds */
 		if (!RpActivityIsLocal(act.id))
 			continue;
-		if (!pass->verify && !RpTryLockAllStripes(&act, &busy))
+		if (!pass->verify && !RpWalkTry(&act, &busy))
 		{
 			pass->busy[pass->nbusy] = act.id;
 			pass->busy_stripes[pass->nbusy] = act.stripes;

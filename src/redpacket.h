@@ -45,15 +45,10 @@ typedef enum RpLockKind
 	RP_LOCK_USER = 0x5202,		/* one (activity, user) pair, hashed */
 	RP_LOCK_RECONCILE = 0x5203,	/* the single reconciliation pass */
 	RP_LOCK_BUCKET = 0x5204,	/* a bucket of an activity's users (batches) */
-	RP_LOCK_GATHER = 0x5205,	/* one claim or batch waits for every stripe */
+	RP_LOCK_ACTIVITY = 0x5205,	/* the activity: shared by claims, exclusive
+								 * for walkers (locks.c) */
 	RP_LOCK_GATE = 0x5206,		/* a batch's admission slot (locks.c) */
-	RP_LOCK_WAITING = 0x5207,	/* held by a claim while it waits (locks.c) */
-	RP_LOCK_WALKER = 0x5208,	/* held by a restartable walk while it waits
-								 * for that stripe (locks.c) */
-	RP_LOCK_HOLDER = 0x5209,	/* held by a transaction of rule 4 while it
-								 * waits on the activity (locks.c) */
-	RP_LOCK_AGE = 0x520A		/* held with the HOLDER marker; its key is
-								 * the waiting transaction's age (locks.c) */
+	RP_LOCK_WAITING = 0x5207	/* held by a claim while it waits (locks.c) */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
@@ -172,10 +167,12 @@ extern void RpCheckBatchSize(int n);
 	"  ORDER BY k.ord" \
 	" RETURNING claim_id, claimed_at"
 
-/* locks.c (locks.h declares the claim paths' protocol) */
-extern void RpWaitAllStripes(const RpActivity *act);
+/* locks.c (locks.h declares the claim paths' side) */
+extern void RpWalk(const RpActivity *act);
+extern void RpWalkWait(const RpActivity *act);
+extern bool RpWalkTry(const RpActivity *act, int *busy);
+extern void RpWalkEnd(const RpActivity *act, bool keep);
 extern bool RpHeldEarlier(int64 activity);
-extern bool RpHeldAny(void);
 extern void RpNoteHeld(int64 activity);
 #define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
 extern uint32 RpUserHash(text *user_id);

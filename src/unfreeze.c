@@ -55,12 +55,12 @@ static RpPlan full_check = {
 };
 
 /*
- * The reconciliation lock and every stripe lock of the activity, kept to
+ * The reconciliation lock and the activity as a walker holds it, kept to
  * the end of the transaction.  A pass takes the reconciliation lock before
- * any stripe, so this does too; a transaction that already holds locks of
- * the activity (it froze it, or claimed) waits for the reconciliation lock
- * holding them, out of that order, as such a transaction does for stripes
- * (rule 4 in locks.c: PostgreSQL may fail it with 40P01).
+ * any activity, so this does too; a transaction that already holds locks
+ * of the activity (it froze it, or claimed) waits for the reconciliation
+ * lock holding them, out of that order, as an earlier call does for
+ * stripes (locks.c: PostgreSQL may fail it with 40P01).
  */
 void
 RpHoldActivity(const RpActivity *act)
@@ -69,10 +69,9 @@ RpHoldActivity(const RpActivity *act)
 
 	if (!held)
 		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
-	RpWaitAllStripes(act);
+	RpWalk(act);
 	if (held)
 		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
-	RpNoteHeld(act->id);		/* its stripes stay locked: rule 4 in locks.c */
 }
 
 static char *
@@ -208,26 +207,25 @@ RpUnfreezeCheck(int64 activity)
 	act.stripes = DatumGetInt32(RpGetDatum(0, 1, &isnull));
 
 	/*
-	 * Every stripe, as SetFrozen takes them next: enough for an operator's
-	 * hold on books that balance.  A full check needs the reconciliation
-	 * lock too, which a pass takes before the stripes: try it, and when a
-	 * pass has it, give back the stripes taken here and take both in the
-	 * pass's order (a transaction that held them already waits holding
-	 * them, as in RpHoldActivity).
+	 * The activity as a walker holds it, as SetFrozen takes it next: enough
+	 * for an operator's hold on books that balance.  A full check needs the
+	 * reconciliation lock too, which a pass takes before any activity: try
+	 * it, and when a pass has it, give back what was taken here and take
+	 * both in the pass's order (a transaction that held the activity
+	 * already waits holding it, as in RpHoldActivity).
 	 */
 	held = RpHeldEarlier(activity);
-	RpWaitAllStripes(&act);
+	RpWalkWait(&act);
 	needed = NeedsFullCheck(activity);
 	if (needed && !RpLock(RP_LOCK_RECONCILE, 0, 0, false))
 	{
 		if (!held)
-			for (int s = 0; s < act.stripes; s++)
-				RpUnlock(RP_LOCK_STRIPE, activity, (uint32) s);
+			RpWalkEnd(&act, false);
 		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
-		RpWaitAllStripes(&act);
+		RpWalkWait(&act);
 		needed = NeedsFullCheck(activity);
 	}
-	RpNoteHeld(activity);		/* its stripes stay locked: rule 4 in locks.c */
+	RpWalkEnd(&act, true);
 	if (needed)
 		(void) RpRequireFullCheck(activity, "unfrozen");
 	SPI_finish();

@@ -349,10 +349,12 @@ GiveBack(const RpActivity *act, const ClaimToReverse *c, bool settled, text *rea
 }
 
 /*
- * The claim is pending as far as the caller saw: under every stripe lock of
- * the activity, record its reversal and give its money back, unless a
- * settlement of it committed meanwhile.  Returns the units reversed (0 when
- * another reversal won).
+ * The claim is pending as far as the caller saw: record its reversal,
+ * unless a settlement of it committed meanwhile, then, holding the activity
+ * as a walker does, give its money back.  The row comes first: a wallet's
+ * credit of the claim still in flight holds it up, and it waits for that
+ * holding nothing of the activity, so claims go on meanwhile.  Returns the
+ * units reversed (0 when another reversal won).
  */
 static int64
 ReverseLocked(const RpActivity *act, ClaimToReverse *c, text *reason)
@@ -361,12 +363,6 @@ ReverseLocked(const RpActivity *act, ClaimToReverse *c, text *reason)
 	bool		isnull;
 	bool		settled;
 
-	RpWaitAllStripes(act);
-	RpNoteHeld(act->id);		/* its stripes stay locked: rule 4 in locks.c */
-	RpCheckStripeRows(act);
-	if (RpExec(&lock_activity, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "activity " INT64_FORMAT " disappeared", act->id);
-	settled = DatumGetBool(RpGetDatum(0, 1, &isnull));
 	if (!InsertReversal(act, c, reason))
 	{
 		/* a credit or a reversal of the claim committed while we waited */
@@ -375,6 +371,11 @@ ReverseLocked(const RpActivity *act, ClaimToReverse *c, text *reason)
 			RefuseCredited(act->id, c->claim_id);
 		return 0;
 	}
+	RpWalk(act);
+	RpCheckStripeRows(act);
+	if (RpExec(&lock_activity, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "activity " INT64_FORMAT " disappeared", act->id);
+	settled = DatumGetBool(RpGetDatum(0, 1, &isnull));
 	RpRecordChange(act->id, "reverse",
 				   psprintf("{\"claim_id\": " INT64_FORMAT ", \"state\": \"claimed\"}",
 							c->claim_id),

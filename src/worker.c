@@ -47,7 +47,7 @@
  * Settings a database owner (or a role) may set with ALTER DATABASE/ROLE
  * SET that would stop or distort a superuser's pass: overridden for the
  * reconciler's whole life, above any database or role setting.  The pass
- * waits for stripe locks at most RP_WORKER_LOCK_TIMEOUT, so one long claim
+ * waits for an activity lock at most RP_WORKER_LOCK_TIMEOUT, so one long claim
  * transaction costs its activity one check (recorded as an error and
  * retried next pass), never the pass, nor the launcher slot other
  * databases wait for.

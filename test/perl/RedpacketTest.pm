@@ -34,11 +34,14 @@
 #                                 claim $amount for $user until the claim
 #                                 lands on stripe $stripe (rolling back the
 #                                 others); false if it never did
-#   RedpacketTest::waits_for_stripe($node, $act, $stripe, $pattern)
+#   RedpacketTest::on_both_paths($node, $code)
+#                                 $code->($path) with redpacket.direct_claims
+#                                 set to 'on', then 'off' (ALTER SYSTEM, reload)
+#   RedpacketTest::waits_for_lock($node, $pattern)
 #                                 poll until a backend whose query is LIKE
-#                                 $pattern waits for that stripe's lock; the
-#                                 time it was seen (Time::HiRes), undef if
-#                                 it never was
+#                                 $pattern waits for a lock; the time it
+#                                 was seen (Time::HiRes), undef if it never
+#                                 was
 #
 # A Citus cluster on loopback (test/t/2xx_citus*.pl), for the PostgreSQL
 # under test with Citus installed (test/citus/build.sh); the test is skipped
@@ -136,15 +139,26 @@ sub claim_on
 	return 0;
 }
 
-sub waits_for_stripe
+sub on_both_paths
 {
-	my ($node, $act, $stripe, $pattern) = @_;
+	my ($node, $code) = @_;
+	for my $path ('on', 'off')
+	{
+		$node->safe_psql('postgres', "ALTER SYSTEM SET redpacket.direct_claims = $path");
+		$node->reload;
+		$code->($path);
+	}
+	return;
+}
+
+sub waits_for_lock
+{
+	my ($node, $pattern) = @_;
 	for (1 .. 500)
 	{
 		return Time::HiRes::time() if $node->safe_psql('postgres', qq{
 SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
- WHERE NOT l.granted AND l.locktype = 'advisory' AND l.objsubid = 20993
-   AND l.classid = $act AND l.objid = $stripe AND s.query LIKE '$pattern'}) > 0;
+ WHERE NOT l.granted AND s.query LIKE '$pattern'}) > 0;
 		Time::HiRes::sleep(0.01);
 	}
 	return undef;
