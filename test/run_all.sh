@@ -4,7 +4,8 @@
 #   2. a copy of the tree (without .git) in a fresh temporary directory, owned
 #      by postgres when run as root (initdb refuses root, and the clone may sit
 #      where postgres cannot read), else by the calling user;
-#   3. there, the checksums of the released SQL scripts, the allocator's own tests (`make alloc-test`), then `make
+#   3. there, the checksums of the released SQL scripts, the allocator's own tests (`make alloc-test`), the
+#      lock protocol's model (test/model/locks_model.py), then `make
 #      installcheck` one suite at a time (pg_regress, isolation, TAP; each
 #      starts its own temporary instance), then the concurrency
 #      stress run (test/stress/run.sh);
@@ -201,6 +202,10 @@ MAKE_ARGS=(PG_CONFIG="$PG_CONFIG")
 # Released install and upgrade scripts never change (README "Upgrading and dropping").
 suite released-scripts 1m diag_none sha256sum --check --strict test/released.sha256
 suite allocator 5m diag_none make alloc-test "${MAKE_ARGS[@]}"
+# The lock protocol's model (test/model/README.md): every interleaving of the
+# new protocol passes, the old one is found broken, broken programs are caught.
+suite lock-model 5m diag_none bash -c 'python3 test/model/locks_model.py &&
+    python3 test/model/locks_model.py --old && python3 test/model/locks_model.py --selftest'
 if compgen -G "$WORK/sql/*.sql" | grep -qv '/redpacket--'; then
     suite "regress-$MAJOR" 10m diag_regress make installcheck "${MAKE_ARGS[@]}" ISOLATION= TAP_TESTS=
 else
@@ -217,6 +222,8 @@ else
     echo "== tap: no test/t/*.pl, skipped"
 fi
 suite "stress-$MAJOR" 10m diag_none bash test/stress/run.sh
+# Again with two busy loops competing for the CPU: waits stretch and cross.
+suite "stress-hogs-$MAJOR" 10m diag_none env STRESS_HOGS=2 bash test/stress/run.sh
 
 # The claim suites again with rp_claim's fast path forced through its SQL
 # statement (redpacket.direct_claims = off, test/spi_path.conf): the

@@ -18,7 +18,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl
           pgbouncer redis-server gnuplot-nox sqlsmith postgresql-contrib make gcc
-          python3-psycopg2 libkrb5-dev liblz4-dev libzstd-dev)  # the last three: Citus (test/citus/build.sh)
+          python3 python3-psycopg2 libkrb5-dev liblz4-dev libzstd-dev)  # the last three: Citus (test/citus/build.sh)
 
 LOG=$(mktemp "${TMPDIR:-/tmp}/redpacket-setup.XXXXXX")
 trap 'rm -f "$LOG"' EXIT
