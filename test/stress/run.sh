@@ -20,6 +20,8 @@
 # Environment: STRESS_CLIENTS ("32 48 64": one round per entry),
 # STRESS_TXNS pgbench transactions per round (19200), STRESS_JOBS pgbench threads (cores),
 # STRESS_SEED, STRESS_VERBOSE=1 (every check's figures for every activity),
+# STRESS_HOGS (0: how many busy loops compete for the CPU during the rounds,
+# the regime in which a lock protocol's waits stretch and cross),
 # REDPACKET_KEEP_CLUSTER=1 (keep the data directory).
 # Run as an ordinary user; as root it re-runs itself as postgres.
 set -euo pipefail
@@ -39,9 +41,21 @@ for c in "${ROUNDS[@]}"; do
     fi
 done
 
-echo "== redpacket stress run: rounds of ${ROUNDS[*]} clients, $PER_ROUND transactions each, seed $SEED"
+HOGS=${STRESS_HOGS:-0}
+echo "== redpacket stress run: rounds of ${ROUNDS[*]} clients, $PER_ROUND transactions each, seed $SEED, $HOGS CPU hogs"
 rp_cluster_start stress "redpacket.reconcile_interval = 1"
 rp_psql -f "$HERE/setup.sql"
+
+HOG_PIDS=()
+stop_hogs() {
+    [ "${#HOG_PIDS[@]}" -eq 0 ] || kill "${HOG_PIDS[@]}" 2>/dev/null || true
+    HOG_PIDS=()
+}
+trap stop_hogs EXIT
+for ((h = 0; h < HOGS; h++)); do
+    bash -c 'while :; do :; done' &
+    HOG_PIDS+=($!)
+done
 
 TXNS=0
 FAILED_TX=0
@@ -102,6 +116,7 @@ for clients in "${ROUNDS[@]}"; do
             "$(grep -m1 -o 'ERROR: .*\|error: .*\|deadlock detected' "$log" "$RP_DIR/server.log" | head -n 1 | sed 's/^[^:]*://')"
     fi
 done
+stop_hogs
 
 echo
 echo "-- outcomes by activity"
