@@ -34,8 +34,8 @@
  *		  reconciler, the live changes of an activity).
  *		- kept locks: locks held past a call to the end of the transaction
  *		  (the activity lock, the stripes written, a batch's user locks and
- *		  gate slot); an earlier call is one whose transaction keeps locks
- *		  of earlier calls on the activity.
+ *		  gate slot); an earlier call is one whose transaction already
+ *		  holds the activity lock, from an earlier call.
  *		- busy: the answer of a claim that would wait while
  *		  redpacket.max_waiting claims already wait (locks.c).
  */
@@ -358,9 +358,10 @@ ClaimInsert(const RpActivity *act, const RpClaimRequest *req, int64 units, int s
  * busy).  Must be called inside SPI_connect.
  */
 static RpTakeResult
-ClaimAttempt(int64 activity, RpClaimRequest *req, bool all_held, RpOutcome *out,
+ClaimAttempt(const RpCall *call, RpClaimRequest *req, bool all_held, RpOutcome *out,
 			 int *wait_stripe)
 {
+	int64		activity = call->activity;
 	RpActivity	act;
 	int64		units = 0;
 	int			stripe = 0;
@@ -377,7 +378,8 @@ ClaimAttempt(int64 activity, RpClaimRequest *req, bool all_held, RpOutcome *out,
 		return RP_TAKE_OK;
 	ereport(DEBUG1, (errmsg_internal("redpacket: claim takes the careful path")));
 
-	took = RpTakeCareful(&act, req->units, all_held, &stripe, &units, wait_stripe);
+	took = RpTakeCareful(&act, req->units, all_held, call->earlier, &stripe, &units,
+						 wait_stripe);
 	switch (took)
 	{
 		case RP_TAKE_OK:
@@ -464,7 +466,7 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 		user_held = RpLockUser(activity, req->user_hash, true);
 	while (user_held)
 	{
-		took = ClaimAttempt(activity, req, gather.id != 0, out, &wait_stripe);
+		took = ClaimAttempt(&call, req, gather.id != 0, out, &wait_stripe);
 
 		/* the attempt took its own lock on any stripe it wrote */
 		if (kept >= 0)

@@ -25,6 +25,13 @@
 #define RpMyLocalXid (MyProc->lxid)
 #endif
 
+/* LockHeldByMe takes whether a stronger mode counts too since 17. */
+#if PG_VERSION_NUM >= 170000
+#define RpLockHeldByMe(tag, mode) LockHeldByMe(tag, mode, false)
+#else
+#define RpLockHeldByMe(tag, mode) LockHeldByMe(tag, mode)
+#endif
+
 /* index_beginscan takes the scan's instrumentation (or NULL) since 18. */
 #if PG_VERSION_NUM >= 180000
 #define RpIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \

@@ -18,9 +18,9 @@
  *		free: it waits once, for A, holding nothing of the activity.
  *
  *		The waits.  A call is "earlier" on an activity when its transaction
- *		already keeps locks of the activity from an earlier call (RpNoteHeld:
- *		every call that keeps what it took notes it).  A call that is not
- *		earlier waits only as follows:
+ *		already holds A, from an earlier call (the lock manager's count: a
+ *		savepoint rolled back gives back its calls' locks, A with them).  A
+ *		call that is not earlier waits only as follows:
  *		1. for A, first, holding nothing of the activity (any mode);
  *		2. a single claim: for its bucket and user holding only A (never
  *		   one while holding the other), then for at most one busy stripe
@@ -99,45 +99,28 @@ RpUserHash(text *user_id)
 }
 
 /*
- * The activities on which this transaction keeps locks from an earlier
- * call, in memory of the transaction (a transaction that keeps locks of
- * many activities holds that many locks anyway).
+ * The mode in which this transaction holds the activity lock (the
+ * stronger, when both), or NoLock.  The lock manager's own count, so a
+ * savepoint rolled back takes the hold with the locks it gives back.
  */
-static LocalTransactionId held_lxid = InvalidLocalTransactionId;
-static int	held_n = 0;
-static int	held_max = 0;
-static int64 *held_ids = NULL;
+static LOCKMODE
+HeldMode(int64 activity)
+{
+	LOCKTAG		tag;
 
+	RpLockTag(&tag, RP_LOCK_ACTIVITY, activity, 0);
+	if (RpLockHeldByMe(&tag, ExclusiveLock))
+		return ExclusiveLock;
+	if (RpLockHeldByMe(&tag, RowExclusiveLock))
+		return RowExclusiveLock;
+	return NoLock;
+}
+
+/* Earlier: the transaction holds the activity lock, from an earlier call. */
 bool
 RpHeldEarlier(int64 activity)
 {
-	if (held_lxid != RpMyLocalXid)
-		return false;
-	for (int i = 0; i < held_n; i++)
-		if (held_ids[i] == activity)
-			return true;
-	return false;
-}
-
-/* The call on the activity is done and keeps its locks. */
-void
-RpNoteHeld(int64 activity)
-{
-	if (held_lxid != RpMyLocalXid)
-	{
-		held_lxid = RpMyLocalXid;
-		held_n = 0;
-		held_max = 8;
-		held_ids = MemoryContextAlloc(TopTransactionContext, sizeof(int64) * held_max);
-	}
-	if (RpHeldEarlier(activity))
-		return;
-	if (held_n == held_max)
-	{
-		held_max *= 2;
-		held_ids = repalloc(held_ids, sizeof(int64) * held_max);
-	}
-	held_ids[held_n++] = activity;
+	return HeldMode(activity) != NoLock;
 }
 
 int			rp_max_waiting = RP_DEFAULT_MAX_WAITING;
@@ -187,9 +170,7 @@ RpCallBegin(RpCall *call, int64 activity)
 void
 RpCallEnd(RpCall *call, bool keep)
 {
-	if (keep)
-		RpNoteHeld(call->activity);
-	else if (call->shared)
+	if (!keep && call->shared)
 		RpUnlockMode(RP_LOCK_ACTIVITY, call->activity, 0, RowExclusiveLock);
 	call->shared = false;
 }
@@ -335,27 +316,25 @@ RpGatherEnd(RpCall *call, const RpActivity *act)
 }
 
 /*
- * A walker's wait: A exclusively holding nothing of the activity, then
- * every stripe; for an earlier walker every stripe in order.
+ * A walk, kept to the end of the transaction unless given back
+ * (RpWalkEnd): A exclusively holding nothing of the activity, then every
+ * stripe.  An earlier walker takes A again in the mode it holds it (at
+ * once), so that the walk's own hold can be given back alone, then waits
+ * for every stripe in order.
  */
 void
-RpWalkWait(const RpActivity *act)
+RpWalk(const RpActivity *act)
 {
-	if (RpHeldEarlier(act->id))
+	LOCKMODE	held = HeldMode(act->id);
+
+	if (held != NoLock)
 	{
+		(void) RpLockMode(RP_LOCK_ACTIVITY, act->id, 0, held, false);
 		(void) WaitStripesInOrder(act);
 		return;
 	}
 	(void) RpLockMode(RP_LOCK_ACTIVITY, act->id, 0, ExclusiveLock, true);
 	TakeFreeStripes(act);
-}
-
-/* A walker that keeps the activity to the end of its transaction. */
-void
-RpWalk(const RpActivity *act)
-{
-	RpWalkWait(act);
-	RpNoteHeld(act->id);
 }
 
 /*
@@ -365,32 +344,30 @@ RpWalk(const RpActivity *act)
 bool
 RpWalkTry(const RpActivity *act, int *busy)
 {
-	bool		earlier = RpHeldEarlier(act->id);
+	LOCKMODE	held = HeldMode(act->id);
+	LOCKMODE	mode = held != NoLock ? held : ExclusiveLock;
 
-	if (!earlier && !RpLockMode(RP_LOCK_ACTIVITY, act->id, 0, ExclusiveLock, false))
+	if (!RpLockMode(RP_LOCK_ACTIVITY, act->id, 0, mode, false))
 	{
 		*busy = -1;
 		return false;
 	}
 	if (RpTryLockAllStripes(act, busy))
 		return true;
-	if (!earlier)
-		RpUnlockMode(RP_LOCK_ACTIVITY, act->id, 0, ExclusiveLock);
+	RpUnlockMode(RP_LOCK_ACTIVITY, act->id, 0, mode);
 	return false;
 }
 
-/* The end of a walk: keep what it took (RpNoteHeld), or give it back. */
+/*
+ * Give back what a walk took: its stripes, and its hold on A (the
+ * stronger mode held is the one it took: ExclusiveLock, or, for an
+ * earlier walker holding A only shared, RowExclusiveLock).
+ */
 void
-RpWalkEnd(const RpActivity *act, bool keep)
+RpWalkEnd(const RpActivity *act)
 {
-	if (keep)
-	{
-		RpNoteHeld(act->id);
-		return;
-	}
 	UnlockStripes(act, act->stripes);
-	if (!RpHeldEarlier(act->id))
-		RpUnlockMode(RP_LOCK_ACTIVITY, act->id, 0, ExclusiveLock);
+	RpUnlockMode(RP_LOCK_ACTIVITY, act->id, 0, HeldMode(act->id));
 }
 
 /*

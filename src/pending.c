@@ -273,7 +273,7 @@ AdvanceLimit(const RpActivity *act, Datum *values, char *nulls)
 		elog(ERROR, "could not read how far the claims of activity " INT64_FORMAT " are done",
 			 act->id);
 	if (plan == &last_claim)
-		RpWalkEnd(act, false);
+		RpWalkEnd(act);
 	if (SPI_processed == 1)
 		last = RpGetDatum(0, 1, &isnull);
 	values[2] = isnull ? Int64GetDatum(0) : last;

@@ -407,7 +407,7 @@ UnitStep(void *arg)
 		RpActivity	act = {.id = u->checks[0].activity,.stripes = u->stripes};
 
 		Assert(u->n == 1);
-		RpWalkWait(&act);
+		RpWalk(&act);
 	}
 	for (int i = 0; i < u->n; i++)
 		ids[i] = u->checks[i].activity;
@@ -466,7 +466,7 @@ UnitStep(void *arg)
 	{
 		RpActivity	act = {.id = u->checks[0].activity,.stripes = u->stripes};
 
-		RpWalkEnd(&act, false);
+		RpWalkEnd(&act);
 	}
 }
 
@@ -658,8 +658,8 @@ NewUnit(RpPass *pass, int n)
 
 /*
  * The locks the unit keeps to the end of the transaction (those of what it
- * settled or froze, which claims read: noted as held, so that a later call
- * of the transaction on the activity is an earlier one), giving back the
+ * settled or froze, which claims read: held, so that a later call of the
+ * transaction on the activity is an earlier one), giving back the
  * others (stripes[i] of activity i: a batch's, taken at this level; a unit
  * that waited gives its own back inside its subtransaction, in UnitStep).
  * Returns how many stripe locks it keeps.
@@ -677,8 +677,8 @@ UnitKeep(RpUnit *u, const int *stripes)
 
 		if (keep)
 			kept += act.stripes;
-		if (keep || !u->wait)
-			RpWalkEnd(&act, keep);
+		else if (!u->wait)
+			RpWalkEnd(&act);
 	}
 	return kept;
 }
@@ -717,7 +717,7 @@ CheckOne(RpPass *pass, int64 activity, bool full, int held_stripes)
 		{
 			RpActivity	act = {.id = activity,.stripes = held_stripes};
 
-			RpWalkEnd(&act, false);
+			RpWalkEnd(&act);
 		}
 	}
 	else if (!pass->verify)

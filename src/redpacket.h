@@ -169,11 +169,9 @@ extern void RpCheckBatchSize(int n);
 
 /* locks.c (locks.h declares the claim paths' side) */
 extern void RpWalk(const RpActivity *act);
-extern void RpWalkWait(const RpActivity *act);
 extern bool RpWalkTry(const RpActivity *act, int *busy);
-extern void RpWalkEnd(const RpActivity *act, bool keep);
+extern void RpWalkEnd(const RpActivity *act);
 extern bool RpHeldEarlier(int64 activity);
-extern void RpNoteHeld(int64 activity);
 #define RP_USER_BUCKETS 64		/* user-lock buckets of an activity, for batches */
 extern uint32 RpUserHash(text *user_id);
 

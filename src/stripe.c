@@ -266,6 +266,7 @@ RpStripeSetInit(RpStripeSet *set, const RpActivity *act)
 	set->n = n;
 	set->all = false;
 	set->deal = RpActivityDeals(act);
+	set->deal_ahead = false;
 	set->others_clear = false;
 	set->last_primary = -1;
 	set->cxt = CurrentMemoryContext;
@@ -581,8 +582,6 @@ DealAhead(const RpActivity *act, int s)
 {
 	RpStripeSet set;
 
-	if (RpHeldEarlier(act->id))
-		return;
 	RpStripeSetInit(&set, act);
 	if (!RpStripeSetTryLock(&set, 0) || !RpStripeSetTryLock(&set, s))
 	{
@@ -739,7 +738,7 @@ Decide(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount)
 	{
 		case RP_ALLOC_PAID:
 			RpStripeSetWrite(set);
-			if (units == 0 && set->deal && set->now[*stripe].ndealt == 0)
+			if (units == 0 && set->deal_ahead && set->now[*stripe].ndealt == 0)
 				DealAhead(set->act, *stripe);
 			return RP_TAKE_OK;
 		case RP_ALLOC_EXHAUSTED:
@@ -812,8 +811,8 @@ Probe(RpStripeSet *set, int64 units, int start, int *stripe, int64 *amount, int 
 }
 
 RpTakeResult
-RpTakeCareful(const RpActivity *act, int64 units, bool all_held, int *stripe, int64 *amount,
-			  int *wait)
+RpTakeCareful(const RpActivity *act, int64 units, bool all_held, bool earlier, int *stripe,
+			  int64 *amount, int *wait)
 {
 	RpStripeSet set;
 	int			start = RpStartStripe(act);
@@ -823,6 +822,7 @@ RpTakeCareful(const RpActivity *act, int64 units, bool all_held, int *stripe, in
 	RpTakeResult r;
 
 	RpStripeSetInit(&set, act);
+	set.deal_ahead = set.deal && !earlier;
 	if (all_held)
 	{
 		/* the caller waited for them all: take them again, as a set of ours */

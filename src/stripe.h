@@ -73,6 +73,7 @@ typedef struct RpStripeSet
 	int64	   *claims;			/* claims the decisions so far count on each stripe */
 	bool	   *changed;		/* now differs from read */
 	bool		deal;			/* lucky draws are dealt (more than one stripe, 1.4) */
+	bool		deal_ahead;		/* a first call on the activity: may deal ahead */
 	bool		others_clear;	/* as read: the stripes not held hold no undealt
 								 * money or packet (alloc.h) */
 	int			last_primary;	/* the stripe the last decision counted, or -1 */
@@ -102,6 +103,6 @@ extern void RpStripeSetWrite(RpStripeSet *set);
  * given back.  On RP_TAKE_WAIT / RP_TAKE_GATHER nothing is held or written.
  */
 extern RpTakeResult RpTakeCareful(const RpActivity *act, int64 units, bool all_held,
-								  int *stripe, int64 *amount, int *wait);
+								  bool earlier, int *stripe, int64 *amount, int *wait);
 
 #endif							/* RP_STRIPE_H */

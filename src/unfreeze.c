@@ -215,17 +215,16 @@ RpUnfreezeCheck(int64 activity)
 	 * already waits holding it, as in RpHoldActivity).
 	 */
 	held = RpHeldEarlier(activity);
-	RpWalkWait(&act);
+	RpWalk(&act);
 	needed = NeedsFullCheck(activity);
 	if (needed && !RpLock(RP_LOCK_RECONCILE, 0, 0, false))
 	{
 		if (!held)
-			RpWalkEnd(&act, false);
+			RpWalkEnd(&act);
 		(void) RpLock(RP_LOCK_RECONCILE, 0, 0, true);
-		RpWalkWait(&act);
+		RpWalk(&act);
 		needed = NeedsFullCheck(activity);
 	}
-	RpWalkEnd(&act, true);
 	if (needed)
 		(void) RpRequireFullCheck(activity, "unfrozen");
 	SPI_finish();

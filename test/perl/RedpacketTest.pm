@@ -151,6 +151,23 @@ sub on_both_paths
 	return;
 }
 
+# T (a background session in a transaction) commits; the close that session
+# C started on the activity, waiting for T, then completes without an error.
+sub close_after_commit
+{
+	my ($node, $t, $c, $act, $label) = @_;
+	$t->query('COMMIT');
+	$t->quit;
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT closed_at IS NOT NULL FROM redpacket.activity WHERE id = $act"),
+		"$label: the close completes once T commits");
+	$c->query('SELECT 1');
+	unlike($c->{stderr}, qr/ERROR/, "$label: the close ended without an error");
+	$c->quit;
+	return;
+}
+
 sub waits_for_lock
 {
 	my ($node, $pattern) = @_;

@@ -47,16 +47,7 @@ SELECT redpacket.rp_close_activity($act) AS closed;
 	my $second = $t->query("SELECT status FROM redpacket.rp_claim($act, 't2', 0.50)");
 	is($second, 'claimed', "direct_claims $path: T's second claim, closing the cycle late, is served");
 	unlike($t->{stderr}, qr/ERROR/, "direct_claims $path: T got no error (no deadlock)");
-	$t->query('COMMIT');
-	$t->quit;
-
-	ok( $node->poll_query_until(
-			'postgres',
-			"SELECT closed_at IS NOT NULL FROM redpacket.activity WHERE id = $act"),
-		"direct_claims $path: the close completes once T commits");
-	my $closed = $c->query('SELECT 1');
-	unlike($c->{stderr}, qr/ERROR/, "direct_claims $path: the close ended without an error");
-	$c->quit;
+	RedpacketTest::close_after_commit($node, $t, $c, $act, "direct_claims $path");
 	is( $node->safe_psql(
 			'postgres',
 			"SELECT string_agg(user_id || ':' || amount, ',' ORDER BY claim_id) FROM redpacket.claim WHERE activity_id = $act"),
