@@ -139,7 +139,7 @@ AllocAlone(const RpAllocIn *in, RpAllocOut *out)
 			continue;
 		if (in->units > 0)
 		{
-			if (UndealtUnits(st) >= in->units && (!in->capped || UndealtPackets(st) > 0))
+			if (RpFixedFits(UndealtUnits(st), UndealtPackets(st), in->capped, in->units))
 			{
 				Pay(in, out, s, in->units);
 				return true;

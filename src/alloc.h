@@ -67,6 +67,18 @@ typedef struct RpAllocOut
 extern RpAllocResult RpAllocate(const RpAllocIn *in, RpAllocOut *out);
 
 /*
+ * Can a stripe with this much undealt money and undealt packets pay a
+ * fixed amount alone?  The one rule of rule 1 of alloc.c, of the careful
+ * path's guess (stripe.c) and of the executor's fast take (direct.c); the
+ * SQL statements spell it as RP_SQL_CAN_PAY_14 (fast.h).
+ */
+static inline bool
+RpFixedFits(int64 undealt_units, int64 undealt_packets, bool capped, int64 units)
+{
+	return undealt_units >= units && (!capped || undealt_packets > 0);
+}
+
+/*
  * Rule 2 of alloc.c without a claim: deal a block from the pool (stripe 0)
  * to each stripe held with nothing dealt, when the pool holds every undealt
  * money and packet.  Returns the first stripe dealt to, or -1 when nothing

@@ -66,9 +66,8 @@ static RpPlan existing_claims = {
 	"       WITH ORDINALITY AS k(user_id, idem, ord)"
 	"  CROSS JOIN LATERAL (SELECT c.claim_id, c.amount, c.claimed_at"
 	"                        FROM redpacket.claim c"
-	"                       WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
-	"                         AND c.user_id OPERATOR(pg_catalog.=) k.user_id"
-	"                         AND c.idempotency_key OPERATOR(pg_catalog.=) k.idem LIMIT 1) c",
+	"                       WHERE" RP_SQL_CLAIM_UNDER_KEY("c.", "$1", "k.user_id", "k.idem")
+	"                       LIMIT 1) c",
 	3, {INT8OID, TEXTARRAYOID, TEXTARRAYOID}, NULL, true
 };
 
@@ -101,8 +100,7 @@ enum
 	IC_CLAIM_ID = 1, IC_CLAIMED_AT
 };
 static RpPlan insert_claims = {
-	"INSERT INTO redpacket.claim"
-	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
+	"INSERT INTO redpacket.claim (" RP_SQL_CLAIM_COLUMNS ")"
 	" SELECT $1, k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
 	RP_SQL_BATCH_ROWS,
 	6, {INT8OID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, NUMERICARRAYOID, INT4ARRAYOID}

@@ -70,9 +70,8 @@ PG_FUNCTION_INFO_V1(rp_claim_v14);
 	"SELECT " activity_cols ", c.claim_id, c.amount, c.claimed_at" \
 	"  FROM redpacket.activity a" \
 	"  LEFT JOIN redpacket.claim c" \
-	"    ON c.activity_id OPERATOR(pg_catalog.=) a.id AND c.user_id OPERATOR(pg_catalog.=) $2" \
-	"   AND c.idempotency_key OPERATOR(pg_catalog.=)" \
-	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END" \
+	"    ON" RP_SQL_CLAIM_UNDER_KEY("c.", "a.id", "$2", \
+	"       CASE WHEN a.per_user_limit OPERATOR(pg_catalog.=) 1 THEN '' ELSE $3 END") \
 	" WHERE a.id OPERATOR(pg_catalog.=) $1"
 
 enum
@@ -101,8 +100,7 @@ static RpPlan find_eligible = {
 };
 
 static RpPlan insert_claim = {
-	"INSERT INTO redpacket.claim"
-	"       (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
+	"INSERT INTO redpacket.claim (" RP_SQL_CLAIM_COLUMNS ")"
 	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.now())"
 	" ON CONFLICT (activity_id, user_id, idempotency_key) DO NOTHING"
 	" RETURNING claim_id, claimed_at",

@@ -527,8 +527,9 @@ StripePays(TupleTableSlot *slot, int64 units, int64 revision, bool deal)
 	d = slot_getattr(slot, dc->s[S_PACKETS], &isnull);
 	packets = isnull ? -1 : DatumGetInt32(d);
 	if (units > 0)
-		return balance - OptionalInt(slot, dc->s[S_DEALT_UNITS]) >= units &&
-			(packets < 0 || packets - OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0) ? units : 0;
+		return RpFixedFits(balance - OptionalInt(slot, dc->s[S_DEALT_UNITS]),
+						   packets - OptionalInt(slot, dc->s[S_DEALT_COUNT]), packets >= 0,
+						   units) ? units : 0;
 	if (OptionalInt(slot, dc->s[S_DEALT_COUNT]) > 0)
 	{
 		int			n;

@@ -25,32 +25,19 @@
  */
 #define TAKE_AND_CLAIM(can_pay, extra_checks) \
 	"WITH t AS (" \
-	"  UPDATE redpacket.stripe s" \
-	"     SET balance = s.balance OPERATOR(pg_catalog.-) $3," \
-	"         packets = s.packets OPERATOR(pg_catalog.-) 1," \
-	"         claims = s.claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8" \
-	"   WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) $2" \
+	"  UPDATE redpacket.stripe s" RP_SQL_DEBIT("s.", "$3") \
+	RP_SQL_STRIPE_OPEN("s.", "$1", "$2") \
 	can_pay \
-	"     AND NOT s.halted" \
 	"     AND NOT EXISTS (SELECT 1 FROM redpacket.claim c" \
-	"                      WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                        AND c.user_id OPERATOR(pg_catalog.=) $4" \
-	"                        AND c.idempotency_key OPERATOR(pg_catalog.=) $6)" \
+	"                      WHERE" RP_SQL_CLAIM_UNDER_KEY("c.", "$1", "$4", "$6") ")" \
 	extra_checks \
 	"  RETURNING s.stripe)" \
-	" INSERT INTO redpacket.claim" \
-	"        (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)" \
+	" INSERT INTO redpacket.claim (" RP_SQL_CLAIM_COLUMNS ")" \
 	" SELECT $1, $4, $5, $6, $7, t.stripe, pg_catalog.now() FROM t" \
 	" RETURNING claim_id, claimed_at"
 
-#define CAN_PAY_13 \
-	"     AND s.balance OPERATOR(pg_catalog.>=) $3" \
-	"     AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0)"
-#define CAN_PAY_14 \
-	"     AND s.revision OPERATOR(pg_catalog.=) $8" \
-	"     AND s.balance OPERATOR(pg_catalog.-) s.dealt_units OPERATOR(pg_catalog.>=) $3" \
-	"     AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.-) s.dealt_count" \
-	"          OPERATOR(pg_catalog.>) 0)"
+#define CAN_PAY_13 RP_SQL_CAN_PAY_13("s.", "$3")
+#define CAN_PAY_14 RP_SQL_CAN_PAY_14("s.", "$3", "$8")
 #define LIMIT_CHECK \
 	"     AND (SELECT pg_catalog.count(*) FROM redpacket.claim c" \
 	"           WHERE c.activity_id OPERATOR(pg_catalog.=) $1" \

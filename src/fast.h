@@ -12,6 +12,29 @@
 
 #include "rules.h"
 
+/*
+ * The fast decision in SQL, written once for the SPI statement (fast.c)
+ * and the shard statements (scaleout.c): the stripe's debit, and whether
+ * it can pay, on the 1.3 catalog and on 1.4 (at the activity's revision,
+ * from undealt money and packets only).  s qualifies the stripe's columns
+ * ("s." or ""), the other arguments are SQL expressions (parameters).
+ */
+#define RP_SQL_DEBIT(s, units) \
+	" SET balance = " s "balance OPERATOR(pg_catalog.-) " units "," \
+	"     packets = " s "packets OPERATOR(pg_catalog.-) 1," \
+	"     claims = " s "claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
+#define RP_SQL_STRIPE_OPEN(s, activity, stripe) \
+	" WHERE " s "activity_id OPERATOR(pg_catalog.=) " activity \
+	"   AND " s "stripe OPERATOR(pg_catalog.=) " stripe " AND NOT " s "halted"
+#define RP_SQL_CAN_PAY_13(s, units) \
+	" AND " s "balance OPERATOR(pg_catalog.>=) " units \
+	" AND (" s "packets IS NULL OR " s "packets OPERATOR(pg_catalog.>) 0)"
+#define RP_SQL_CAN_PAY_14(s, units, revision) \
+	" AND " s "revision OPERATOR(pg_catalog.=) " revision \
+	" AND " s "balance OPERATOR(pg_catalog.-) " s "dealt_units OPERATOR(pg_catalog.>=) " units \
+	" AND (" s "packets IS NULL" \
+	"      OR " s "packets OPERATOR(pg_catalog.-) " s "dealt_count OPERATOR(pg_catalog.>) 0)"
+
 /* The claim a fast attempt inserts, and what it got. */
 typedef struct RpFastClaim
 {

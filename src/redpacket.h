@@ -157,6 +157,19 @@ extern void RpCheckBatchSize(int n);
  * SQL shared by batch.c's claim insert and its Citus shard twin
  * (scaleout.c): the rows of a batch's claims from its arrays $2..$6.
  */
+/*
+ * The claim row's columns, and the claim of a user under an idempotency
+ * key, written once for every statement that inserts or looks one up: c
+ * qualifies the claim's columns ("c." or ""), the other arguments are SQL
+ * expressions for the activity, the user and the key.
+ */
+#define RP_SQL_CLAIM_COLUMNS \
+	"activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at"
+#define RP_SQL_CLAIM_UNDER_KEY(c, activity, user, key) \
+	" " c "activity_id OPERATOR(pg_catalog.=) " activity \
+	" AND " c "user_id OPERATOR(pg_catalog.=) " user \
+	" AND " c "idempotency_key OPERATOR(pg_catalog.=) " key
+
 #define RP_SQL_BATCH_ROWS \
 	"   FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[])," \
 	"                   pg_catalog.unnest($3::pg_catalog.text[])," \

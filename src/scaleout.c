@@ -267,13 +267,7 @@ typedef enum RpShardStmt
 	RP_SHARD_NSTMT
 } RpShardStmt;
 
-#define SHARD_TAKE_SET \
-	"   SET balance = balance OPERATOR(pg_catalog.-) $3," \
-	"       packets = packets OPERATOR(pg_catalog.-) 1," \
-	"       claims = claims OPERATOR(pg_catalog.+) 1::pg_catalog.int8"
-#define SHARD_TAKE_WHERE \
-	" WHERE activity_id OPERATOR(pg_catalog.=) $1 AND stripe OPERATOR(pg_catalog.=) $2" \
-	"   AND NOT halted"
+#define SHARD_TAKE "UPDATE %s" RP_SQL_DEBIT("", "$3") RP_SQL_STRIPE_OPEN("", "$1", "$2")
 
 static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"SELECT pg_catalog.count(*),"
@@ -281,13 +275,8 @@ static const char *const shard_sql[RP_SHARD_NSTMT] = {
 	"  FROM %s c"
 	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.user_id OPERATOR(pg_catalog.=) $2",
 	/* the fast decrement, on the 1.3 catalog and on 1.4 (revision, undealt) */
-	"UPDATE %s" SHARD_TAKE_SET SHARD_TAKE_WHERE
-	"   AND balance OPERATOR(pg_catalog.>=) $3"
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.>) 0)",
-	"UPDATE %s" SHARD_TAKE_SET SHARD_TAKE_WHERE
-	"   AND revision OPERATOR(pg_catalog.=) $4"
-	"   AND balance OPERATOR(pg_catalog.-) dealt_units OPERATOR(pg_catalog.>=) $3"
-	"   AND (packets IS NULL OR packets OPERATOR(pg_catalog.-) dealt_count OPERATOR(pg_catalog.>) 0)",
+	SHARD_TAKE RP_SQL_CAN_PAY_13("", "$3"),
+	SHARD_TAKE RP_SQL_CAN_PAY_14("", "$3", "$4"),
 	"INSERT INTO %s"
 	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
 	" VALUES ($1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"

@@ -465,18 +465,19 @@ RpStripeSetReset(RpStripeSet *set)
 }
 
 /*
- * Did a freeze or a close (RP_TAKE_HALTED), or a new schedule
- * (RP_TAKE_STALE), commit after the caller read the activity?  Seen on the
- * stripes it holds, which they all mark; RP_TAKE_OK when neither.
+ * Did a freeze or a close (RP_TAKE_HALTED, whichever stripe shows it), or a
+ * new schedule (RP_TAKE_STALE), commit after the caller read the activity?
+ * Seen on the stripes read (held only: those it holds), which they all
+ * mark; RP_TAKE_OK when neither.
  */
-RpTakeResult
-RpStripeSetStale(const RpStripeSet *set)
+static RpTakeResult
+StripesMarked(const RpStripeSet *set, bool held_only)
 {
 	RpTakeResult r = RP_TAKE_OK;
 
 	for (int s = 0; s < set->n; s++)
 	{
-		if (!set->locked[s])
+		if (held_only && !set->locked[s])
 			continue;
 		if (set->halted[s])
 			return RP_TAKE_HALTED;
@@ -484,6 +485,12 @@ RpStripeSetStale(const RpStripeSet *set)
 			r = RP_TAKE_STALE;
 	}
 	return r;
+}
+
+RpTakeResult
+RpStripeSetStale(const RpStripeSet *set)
+{
+	return StripesMarked(set, true);
 }
 
 /* Copy a new dealt list, which may live in the allocator's scratch, into the set's memory. */
@@ -699,8 +706,8 @@ CouldPayAlone(const RpStripeSet *set, int s, int64 units)
 	if (set->halted[s])
 		return false;
 	if (units > 0)
-		return st->balance - dealt >= units &&
-			(set->act->packets == 0 || st->packets - ndealt > 0);
+		return RpFixedFits(st->balance - dealt, st->packets - ndealt, set->act->packets != 0,
+						   units);
 	if (ndealt > 0 || (!set->deal && st->packets > 0 && st->balance > 0))
 		return true;
 	return set->deal && s == 0 && PoolCanDeal(set);
@@ -844,13 +851,9 @@ RpTakeCareful(const RpActivity *act, int64 units, bool all_held, bool earlier, i
 	 * already committed; exhausted; or who could pay alone.
 	 */
 	RpStripeSetRead(&set, true);
-	for (int s = 0; s < set.n; s++)
-	{
-		if (set.halted[s])
-			return RP_TAKE_HALTED;
-		if (set.revision[s] != act->revision)
-			return RP_TAKE_STALE;
-	}
+	r = StripesMarked(&set, false);
+	if (r != RP_TAKE_OK)
+		return r;
 	if (GuessExhausted(&set, units))
 		return RP_TAKE_EXHAUSTED;
 	ncand = 0;
