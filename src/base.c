@@ -166,12 +166,6 @@ RpPreparedOn(RpPlan *p, bool distributed)
 	return p->plan;
 }
 
-SPIPlanPtr
-RpPrepared(RpPlan *p)
-{
-	return RpPreparedOn(p, false);
-}
-
 /* Execute a kept plan; any SPI failure is an internal error. */
 int
 RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls, bool read_only,

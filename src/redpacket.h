@@ -80,7 +80,6 @@ typedef struct RpPlan
 	SPIPlanPtr	plan_citus;		/* generic: the per-call plan for Citus */
 } RpPlan;
 
-extern SPIPlanPtr RpPrepared(RpPlan *p);
 extern SPIPlanPtr RpPreparedOn(RpPlan *p, bool distributed);
 extern int	RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count);
 extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls,
