@@ -234,7 +234,7 @@ RpRequireLocalActivity(int64 activity)
 
 /*
  * The fast path on a Citus node, for fixed amounts under READ COMMITTED
- * (stripe.c's TryFast, whose caller holds the user's lock and the stripe's),
+ * (fast.c's RpFastTake, whose caller holds the user's lock and the stripe's),
  * where direct.c's path does not apply (a per-user limit above one,
  * redpacket.direct_claims off, tables that are not plain).
  *
