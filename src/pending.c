@@ -1,10 +1,9 @@
 /*
  * pending.c
  *		Finding the claims no one settled yet: rp_pending_credits, which a
- *		wallet consumer re-drives after it lost messages, and the count the
- *		reconciler reports as "uncredited" (RpCountUncredited).  Their cost
- *		follows the pending claims, not the millions an activity may have
- *		settled before.
+ *		wallet consumer re-drives after it lost messages.  Its cost follows
+ *		the pending claims, not the millions an activity may have settled
+ *		before.
  *
  *		The frontier.  Per activity, settlement_state.settled_through is a
  *		claim id up to which every claim is settled except those listed in
@@ -185,14 +184,6 @@ static RpPlan pending_one = {
 	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
 };
 
-static RpPlan count_pending = {
-	"WITH p AS MATERIALIZED (" RP_PENDING_OF_ONE ")"
-	" SELECT (SELECT pg_catalog.count(*) FROM p),"
-	"        (SELECT p.claim_id FROM p ORDER BY p.claimed_at, p.claim_id LIMIT 1),"
-	"        (SELECT pg_catalog.min(p.claimed_at) FROM p)",
-	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
-};
-
 static RpPlan frontier = {
 	"SELECT COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f"
 	"                  WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0)",
@@ -314,29 +305,6 @@ Frontier(int64 activity)
 	if (RpExecOn(&frontier, RpDistributed(), &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	return RpGetInt64(0, 1, 0);
-}
-
-void
-RpCountUncredited(int64 activity, TimestampTz claimed_before, RpUncredited *out)
-{
-	Datum		values[3];
-	char		nulls[3] = {' ', claimed_before == DT_NOEND ? 'n' : ' ', ' '};
-	bool		isnull;
-	Datum		d;
-
-	memset(out, 0, sizeof(*out));
-	if (RpCatalogVersion() < RP_CATALOG_1_4)
-		return;
-	Advance(activity);
-	values[0] = Int64GetDatum(activity);
-	values[1] = TimestampTzGetDatum(claimed_before);
-	values[2] = Int64GetDatum(Frontier(activity));
-	if (RpExec(&count_pending, values, nulls, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the pending claims of activity " INT64_FORMAT, activity);
-	out->count = RpGetInt64(0, 1, 0);
-	out->oldest_claim_id = RpGetInt64(0, 2, 0);
-	d = RpGetDatum(0, 3, &isnull);
-	out->oldest_claimed_at = isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 /* The time claims must be at or before to be older than older_than; NOEND: any. */
