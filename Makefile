@@ -14,7 +14,7 @@ OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o
        src/scaleout.o src/change.o src/catalog.o src/meta.o src/rules.o src/fast.o \
        src/ids.o src/unfreeze.o src/repair.o src/lookup.o \
        src/wallet.o src/pending.o \
-       src/eligible.o src/livechange.o src/insert.o
+       src/eligible.o src/livechange.o src/insert.o src/shard.o src/cluster.o
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \

@@ -93,12 +93,6 @@ static RpPlan activity_state = {
 /* What a settlement changes, for its activity_change row. */
 #define RP_SETTLE_FIELDS "closed_at,remaining,remaining_packets,returned"
 
-static RpPlan count_stripes = {
-	"SELECT pg_catalog.count(*) FROM redpacket.stripe s"
-	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1",
-	1, {INT8OID}
-};
-
 static RpPlan insert_state = {
 	"INSERT INTO redpacket.reconcile_state (activity_id) VALUES ($1)",
 	1, {INT8OID}
@@ -242,53 +236,12 @@ CreateDirect(const Datum *values, const char *nulls, int64 units, RpActivity *ac
 	return ok;
 }
 
-/* Copy the activity's frozen-or-closed state onto its stripes. */
-static RpPlan sync_halt = {
-	"UPDATE redpacket.stripe s SET halted = a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL"
-	"  FROM redpacket.activity a"
-	" WHERE a.id OPERATOR(pg_catalog.=) $1 AND s.activity_id OPERATOR(pg_catalog.=) $1"
-	"   AND s.halted IS DISTINCT FROM (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)",
-	1, {INT8OID}
-};
-
 static RpPlan set_frozen = {
 	"UPDATE redpacket.activity"
 	"   SET frozen_reason = $2, frozen_at = CASE WHEN $2 IS NULL THEN NULL ELSE $3 END"
 	" WHERE id OPERATOR(pg_catalog.=) $1",
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
-
-/*
- * Settlement and freezing act only on an activity whose stripe rows are all
- * there (a restore that has not loaded them yet, or rows lost, would make
- * a return of the wrong amount, or leave stripes unmarked).
- */
-void
-RpCheckStripeRows(const RpActivity *act)
-{
-	Datum		id = Int64GetDatum(act->id);
-	int64		rows;
-
-	if (RpExec(&count_stripes, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the stripes of activity " INT64_FORMAT, act->id);
-	rows = RpGetInt64(0, 1, 0);
-	if (rows != act->stripes)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("activity " INT64_FORMAT " is incomplete", act->id),
-				 errdetail("It has " INT64_FORMAT " of its %d stripe rows.", rows, act->stripes),
-				 errhint("Finish the restore of redpacket.stripe, or restore the missing rows, first.")));
-}
-
-/* The caller holds every stripe lock of the activity. */
-void
-RpSyncHalt(int64 activity)
-{
-	Datum		id = Int64GetDatum(activity);
-
-	if (RpExec(&sync_halt, &id, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "could not mark stripes of activity " INT64_FORMAT, activity);
-}
 
 /*
  * A ledger entry; packets is what it adds to the packet cap (0: none),

@@ -31,6 +31,7 @@
 
 #include "change.h"
 #include "redpacket.h"
+#include "stripe.h"
 
 PG_FUNCTION_INFO_V1(rp_top_up);
 PG_FUNCTION_INFO_V1(rp_withdraw);

@@ -89,7 +89,6 @@
 #include "utils/memutils.h"
 
 #include "locks.h"
-#include "stripe.h"
 
 uint32
 RpUserHash(text *user_id)
@@ -280,6 +279,20 @@ TakeFreeStripes(const RpActivity *act)
 {
 	for (int s = 0; s < act->stripes; s++)
 		(void) RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, true);
+}
+
+/* Try to lock every stripe, in order; on a busy one give back what was taken. */
+bool
+RpTryLockAllStripes(const RpActivity *act, int *busy)
+{
+	for (int s = 0; s < act->stripes; s++)
+		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
+		{
+			*busy = s;
+			UnlockStripes(act, s);
+			return false;
+		}
+	return true;
 }
 
 /*

@@ -46,6 +46,9 @@ typedef struct RpUserLocks
 extern bool RpLockUsers(const RpUserLocks *ul);
 extern void RpUnlockUsers(const RpUserLocks *ul);
 
+/* Try to lock every stripe, all or none (busy: one that was not free). */
+extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
+
 #define RP_GATE_BUSY (-2)
 extern int	RpBatchGateEnter(const RpActivity *act, const RpCall *call);
 extern void RpBatchGateLeave(int64 activity, int slot);

@@ -139,8 +139,6 @@ extern void RpActivityMetaRemember(const RpActivity *act);
 
 /* activity.c */
 extern int64 RpSettle(const RpActivity *act, const char *reason);
-extern void RpSyncHalt(int64 activity);
-extern void RpCheckStripeRows(const RpActivity *act);
 extern void RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
 						   int32 packets, const char *reason);
 extern char *RpActivityState(int64 activity, const char *keys);

@@ -26,6 +26,7 @@
 #include "books.h"
 #include "change.h"
 #include "redpacket.h"
+#include "stripe.h"
 #include "unfreeze.h"
 
 PG_FUNCTION_INFO_V1(rp_repair_stripes);

@@ -15,10 +15,8 @@
  *		undistribute_table() both send.  On a distributed cluster the
  *		activities this node holds are cached per backend.
  *
- *		Also here: the local shard tables of an activity, which the fast
- *		claim writes (direct.c through RpShardTables, else RpShardFastClaim's
- *		statements) and a batch inserts into (RpShardInsertClaims), and the
- *		cluster-wide rp_reconcile() (RpReconcileCluster).
+ *		Also here: the local shard tables of an activity (RpShardTables),
+ *		which the claim engine's Citus backends write.
  */
 #include "postgres.h"
 
@@ -33,7 +31,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
-#include "fast.h"
 #include "redpacket.h"
 
 /* Is redpacket.activity a Citus distributed table? */
@@ -232,123 +229,6 @@ RpRequireLocalActivity(int64 activity)
 				 errhint("Call the function through the Citus coordinator in its own statement, outside an explicit transaction that touched other activities, or connect to that node.")));
 }
 
-/*
- * The fast path on a Citus node, for fixed amounts under READ COMMITTED
- * (fast.c's RpFastTake, whose caller holds the user's lock and the stripe's),
- * where direct.c's path does not apply (a per-user limit above one,
- * redpacket.direct_claims off, tables that are not plain).
- *
- * Through Citus every statement on a distributed table costs a distributed
- * plan, shard pruning and, with local execution, a deparsed, re-parsed and
- * re-planned shard query on every call (Citus 13.2 does not keep the local
- * plan of a prepared statement here): about three times the claim's own
- * work.  The statements of this path touch one activity, whose shards this
- * node holds (the caller's node guard made sure), so they run on the shard
- * tables themselves, as plain prepared statements (or, in direct.c, with
- * no statement at all).  Citus's protection
- * against a concurrent shard move is kept: the shards' metadata locks in
- * share mode, as Citus takes them for its own statements (a move blocks
- * writes with them in exclusive mode on every node), and the placement is
- * re-read after any invalidation.
- *
- * The three statements are the single statement of the single-node path
- * taken apart: no claim under the key and room under the user's limit, the
- * conditional decrement, the insert.  Returns false, having written
- * nothing, when a check fails or the stripe cannot pay (the careful path
- * then decides, through Citus), or when the shards are not here.
- */
-typedef enum RpShardStmt
-{
-	RP_SHARD_CHECK,
-	RP_SHARD_TAKE,
-	RP_SHARD_TAKE_14,
-	RP_SHARD_INSERT,
-	RP_SHARD_BATCH_INSERT,
-	RP_SHARD_NSTMT
-} RpShardStmt;
-
-#define SHARD_TAKE "UPDATE %s" RP_SQL_DEBIT("", "$3") RP_SQL_STRIPE_OPEN("", "$1", "$2")
-
-static const char *const shard_sql[RP_SHARD_NSTMT] = {
-	"SELECT pg_catalog.count(*),"
-	"       pg_catalog.bool_or(c.idempotency_key OPERATOR(pg_catalog.=) $3)"
-	"  FROM %s c"
-	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.user_id OPERATOR(pg_catalog.=) $2",
-	/* the fast decrement, on the 1.3 catalog and on 1.4 (revision, undealt) */
-	SHARD_TAKE RP_SQL_CAN_PAY_13("", "$3"),
-	SHARD_TAKE RP_SQL_CAN_PAY_14("", "$3", "$4"),
-	"INSERT INTO %s"
-	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
-	" VALUES ($1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
-	"         $2, $3, $4, $5, $6, $7)"
-	" RETURNING claim_id, claimed_at",
-	/* batch.c's insert_claims */
-	"INSERT INTO %s"
-	"       (activity_id, claim_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)"
-	" SELECT $1, pg_catalog.nextval('redpacket.claim_id_seq'::pg_catalog.regclass),"
-	"        k.user_id, k.request_id, k.idem, k.amount, k.stripe, pg_catalog.now()"
-	RP_SQL_BATCH_ROWS
-};
-
-/*
- * The check reads the user's claims on the shard's (activity_id, user_id,
- * idempotency_key) index from a generic plan, as claim.c does off Citus: a
- * custom plan for an activity newer than the shard's statistics scanned its
- * primary key by activity_id alone.  A shard table is a plain table to the
- * planner, so Citus's routing (which needs custom plans) is not involved.
- */
-static const int shard_nargs[RP_SHARD_NSTMT] = {3, 3, 4, 7, 6};
-static const Oid shard_argtypes[RP_SHARD_NSTMT][7] = {
-	{INT8OID, TEXTOID, TEXTOID},
-	{INT8OID, INT4OID, INT8OID},
-	{INT8OID, INT4OID, INT8OID, INT8OID},
-	{INT8OID, TEXTOID, TEXTOID, TEXTOID, NUMERICOID, INT4OID, TIMESTAMPTZOID},
-	{INT8OID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, NUMERICARRAYOID, INT4ARRAYOID}
-};
-
-/* Prepared statements per shard table, kept for the life of the backend. */
-typedef struct RpShardPlans
-{
-	Oid			relid;			/* hash key */
-	SPIPlanPtr	plan[RP_SHARD_NSTMT];
-} RpShardPlans;
-
-static HTAB *shard_plans = NULL;
-
-static SPIPlanPtr
-ShardPlan(RpShardStmt stmt, Oid relid)
-{
-	RpShardPlans *e;
-	bool		found;
-
-	if (shard_plans == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(RpShardPlans);
-		ctl.hcxt = TopMemoryContext;
-		shard_plans = hash_create("redpacket shard plans", 64, &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	e = hash_search(shard_plans, &relid, HASH_ENTER, &found);
-	if (!found)
-		memset(e->plan, 0, sizeof(e->plan));
-	if (e->plan[stmt] == NULL)
-	{
-		char	   *rel = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-													 get_rel_name(relid));
-		SPIPlanPtr	plan = SPI_prepare_cursor(psprintf(shard_sql[stmt], rel), shard_nargs[stmt],
-											  (Oid *) shard_argtypes[stmt],
-											  stmt == RP_SHARD_CHECK ? CURSOR_OPT_GENERIC_PLAN : 0);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not prepare a statement on shard table %s", rel);
-		e->plan[stmt] = plan;
-	}
-	return e->plan[stmt];
-}
-
 /* Share-lock a shard's Citus metadata, as Citus's own executor does. */
 static void
 LockShardMetadata(uint64 shardid)
@@ -437,10 +317,10 @@ FindLocalShards(int64 activity, bool lock, RpLocalShards *out)
 }
 
 /*
- * The shard tables of the activity on this node, for direct.c's fast claim:
- * false when this node does not hold them.  The shards' metadata locks are
- * held to the end of the transaction, as for the statements below.  Must
- * be called inside SPI_connect.
+ * The shard tables of the activity on this node, for the claims written on
+ * them: false when this node does not hold them.  The shards' metadata
+ * locks are held to the end of the transaction, as Citus holds them for its
+ * own writes.  Must be called inside SPI_connect.
  */
 bool
 RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq)
@@ -453,150 +333,4 @@ RpShardTables(int64 activity, Oid *claim_rel, Oid *stripe_rel, Oid *claim_seq)
 	*stripe_rel = shards.stripe_rel;
 	*claim_seq = shards.claim_seq;
 	return true;
-}
-
-bool
-RpShardFastClaim(const RpActivity *act, int stripe, int64 units, RpFastClaim *fast)
-{
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', fast->request_id ? ' ' : 'n', ' ', ' ', ' ', ' '};
-	bool		isnull;
-	int			rc;
-	RpLocalShards shards;
-	RpLocalShards *sh = &shards;
-
-	if (!FindLocalShards(act->id, true, &shards))
-		return false;
-
-	/*
-	 * Not read-only: a snapshot taken now, under the user's lock, sees every
-	 * committed claim of the user.  The statement's own snapshot was taken
-	 * before the lock, so a claim committed while we waited for it was
-	 * missed: the insert then failed on the unique key (23505), and under a
-	 * per-user limit the user got one claim too many.
-	 */
-	args[0] = Int64GetDatum(act->id);
-	args[1] = PointerGetDatum(fast->user_id);
-	args[2] = PointerGetDatum(fast->key);
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_CHECK, sh->claim_rel), args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not look up the claims of the user");
-	if ((DatumGetBool(RpGetDatum(0, 2, &isnull)) && !isnull) ||
-		RpGetInt64(0, 1, 0) >= act->per_user_limit)
-		return false;
-
-	args[1] = Int32GetDatum(stripe);
-	args[2] = Int64GetDatum(units);
-	args[3] = Int64GetDatum(act->revision);
-	rc = SPI_execute_plan(ShardPlan(RpCatalogVersion() >= RP_CATALOG_1_4 ?
-									RP_SHARD_TAKE_14 : RP_SHARD_TAKE,
-									sh->stripe_rel), args, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE)
-		elog(ERROR, "could not update stripe %d", stripe);
-	if (SPI_processed == 0)
-		return false;
-
-	args[1] = PointerGetDatum(fast->user_id);
-	args[2] = PointerGetDatum(fast->request_id);
-	args[3] = PointerGetDatum(fast->key);
-	args[4] = NumericGetDatum(fast->amount);
-	args[5] = Int32GetDatum(stripe);
-	/* what now() is in this transaction, as the single-node statement writes */
-	args[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	rc = SPI_execute_plan(ShardPlan(RP_SHARD_INSERT, sh->claim_rel), args, nulls, false, 0);
-	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
-		elog(ERROR, "could not insert the claim on stripe %d", stripe);
-	fast->claim_id = RpGetInt64(0, 1, 0);
-	fast->claimed_at = DatumGetTimestampTz(RpGetDatum(0, 2, &isnull));
-	return true;
-}
-
-/*
- * batch.c's INSERT of a batch's claims on a Citus node: Citus would run an
- * INSERT ... SELECT from unnest through an intermediate result (a COPY into
- * the shard); the same statement on the local shard table is a plain one.
- * The batch's node guard made sure the activity is held here.  Returns the
- * SPI result.
- */
-int
-RpShardInsertClaims(int64 activity, Datum *values)
-{
-	RpLocalShards shards;
-
-	if (!FindLocalShards(activity, true, &shards))
-		RpRequireLocalActivity(activity);	/* raises the guard's error */
-	return SPI_execute_plan(ShardPlan(RP_SHARD_BATCH_INSERT, shards.claim_rel),
-							values, NULL, false, 0);
-}
-
-/*
- * rp_reconcile() without an activity on a Citus cluster.  Each node checks
- * only the activities it holds (RpReconcilePass skips the others), and
- * Citus delegates a plain call without an activity to whichever node holds
- * the shard of a NULL key, so the pass would check that node's share only.
- * Instead the node that runs it asks every node, itself included, for its
- * own share (rp_reconcile(0): activity 0 never exists, and on a
- * distributed cluster it means "this node's activities"), in a connection
- * of its own (each share commits there), and returns every row they report:
- * each activity is checked once, where it lives.  A node whose pass fails
- * or cannot be reached is reported with a WARNING and the others go on;
- * within a node's pass a failing activity is a failed row, as on a single
- * node.  The WHERE clause keeps Citus from delegating the inner call.  Must
- * be called inside SPI_connect.
- */
-static RpPlan node_passes = {
-	"SELECT n.nodename, n.nodeport, w.success, w.result"
-	"  FROM pg_catalog.run_command_on_all_nodes($1) w"
-	"  JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) w.nodeid"
-	" ORDER BY n.groupid",
-	1, {TEXTOID}
-};
-
-static RpPlan node_rows = {
-	"SELECT x.* FROM pg_catalog.json_populate_recordset(NULL::redpacket.reconciliation,"
-	"                                                   $1::pg_catalog.json) x",
-	1, {TEXTOID}
-};
-
-void
-RpReconcileCluster(bool full_check, Tuplestorestate *out)
-{
-	Datum		cmd;
-	SPITupleTable *nodes;
-	uint64		n;
-
-	cmd = CStringGetTextDatum(psprintf("SELECT pg_catalog.json_agg(r)"
-									   "  FROM redpacket.rp_reconcile(0, %s) r"
-									   " WHERE r.activity_id IS NOT NULL",
-									   full_check ? "true" : "false"));
-	if (RpExec(&node_passes, &cmd, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not run the reconciliation on the nodes");
-	nodes = SPI_tuptable;
-	n = SPI_processed;
-	for (uint64 i = 0; i < n; i++)
-	{
-		HeapTuple	t = nodes->vals[i];
-		char	   *node = SPI_getvalue(t, nodes->tupdesc, 1);
-		char	   *port = SPI_getvalue(t, nodes->tupdesc, 2);
-		char	   *ok = SPI_getvalue(t, nodes->tupdesc, 3);
-		char	   *result = SPI_getvalue(t, nodes->tupdesc, 4);
-		Datum		json;
-
-		if (ok == NULL || strcmp(ok, "t") != 0)
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("redpacket reconciliation failed on node %s:%s", node, port),
-					 errdetail("The node answered: %s", result ? result : "nothing."),
-					 errhint("The other nodes' results are returned; run the pass again for this one.")));
-			continue;
-		}
-		if (result == NULL || result[0] == '\0')
-			continue;			/* nothing pending there, or its own pass was running */
-		json = CStringGetTextDatum(result);
-		if (RpExec(&node_rows, &json, NULL, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read the reconciliation of node %s:%s", node, port);
-		for (uint64 r = 0; r < SPI_processed; r++)
-			tuplestore_puttuple(out, SPI_tuptable->vals[r]);
-	}
 }

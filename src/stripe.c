@@ -38,6 +38,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "locks.h"
 #include "rules.h"
 #include "stats.h"
 #include "stripe.h"
@@ -157,23 +158,6 @@ RpDrawUnits(int64 balance, int64 packets)
 	return (int64) pg_prng_uint64_range(&draw_prng, 1, (uint64) max);
 }
 
-/* Try to lock every stripe, in order; on a busy one give back what was taken. */
-bool
-RpTryLockAllStripes(const RpActivity *act, int *busy)
-{
-	for (int s = 0; s < act->stripes; s++)
-	{
-		if (!RpLock(RP_LOCK_STRIPE, act->id, (uint32) s, false))
-		{
-			*busy = s;
-			while (--s >= 0)
-				RpUnlock(RP_LOCK_STRIPE, act->id, (uint32) s);
-			return false;
-		}
-	}
-	return true;
-}
-
 /*
  * The stripe count of a new activity.  Given (stripes =>): as asked.  By
  * default: redpacket.stripes, but an activity with a packet cap gets one
@@ -197,6 +181,53 @@ RpStripesFor(bool given, int stripes, int64 total_units, int32 packets)
 	if (stripes > total_units)
 		stripes = (int) total_units;
 	return stripes;
+}
+
+static RpPlan count_stripes = {
+	"SELECT pg_catalog.count(*) FROM redpacket.stripe s"
+	" WHERE s.activity_id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/* Copy the activity's frozen-or-closed state onto its stripes. */
+static RpPlan sync_halt = {
+	"UPDATE redpacket.stripe s SET halted = a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL"
+	"  FROM redpacket.activity a"
+	" WHERE a.id OPERATOR(pg_catalog.=) $1 AND s.activity_id OPERATOR(pg_catalog.=) $1"
+	"   AND s.halted IS DISTINCT FROM (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)",
+	1, {INT8OID}
+};
+
+/*
+ * Settlement and freezing act only on an activity whose stripe rows are all
+ * there (a restore that has not loaded them yet, or rows lost, would make
+ * a return of the wrong amount, or leave stripes unmarked).
+ */
+void
+RpCheckStripeRows(const RpActivity *act)
+{
+	Datum		id = Int64GetDatum(act->id);
+	int64		rows;
+
+	if (RpExec(&count_stripes, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the stripes of activity " INT64_FORMAT, act->id);
+	rows = RpGetInt64(0, 1, 0);
+	if (rows != act->stripes)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("activity " INT64_FORMAT " is incomplete", act->id),
+				 errdetail("It has " INT64_FORMAT " of its %d stripe rows.", rows, act->stripes),
+				 errhint("Finish the restore of redpacket.stripe, or restore the missing rows, first.")));
+}
+
+/* The caller holds every stripe lock of the activity. */
+void
+RpSyncHalt(int64 activity)
+{
+	Datum		id = Int64GetDatum(activity);
+
+	if (RpExec(&sync_halt, &id, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not mark stripes of activity " INT64_FORMAT, activity);
 }
 
 /* A new activity's stripes, spread as RpStripeSpread says, nothing dealt. */

@@ -27,15 +27,16 @@ extern int64 RpStripeShare(int64 total, int n, int g);
 extern void RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances,
 						   Datum *packs);
 
+/* An activity's stripe rows all there, else an error; halted set from the activity. */
+extern void RpCheckStripeRows(const RpActivity *act);
+extern void RpSyncHalt(int64 activity);
+
 /* Where a claim starts probing; inside one transaction, the stripe it holds. */
 extern int	RpStartStripe(const RpActivity *act);
 extern void RpRememberStripe(const RpActivity *act, int stripe);
 
 /* The double-mean draw in minor units (uniform in 1 .. twice the mean). */
 extern int64 RpDrawUnits(int64 balance, int64 packets);
-
-/* Try to lock every stripe, all or none (busy: one that was not free). */
-extern bool RpTryLockAllStripes(const RpActivity *act, int *busy);
 
 /* The outcome of an attempt to take money (single claims and batches). */
 typedef enum RpTakeResult

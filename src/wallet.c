@@ -28,6 +28,7 @@
 
 #include "change.h"
 #include "redpacket.h"
+#include "stripe.h"
 #include "wallet.h"
 
 PG_FUNCTION_INFO_V1(rp_credited);
