@@ -8,13 +8,11 @@
 #   make bench-citus                 rp_claim on a Citus cluster vs a single node
 
 MODULE_big = redpacket
-OBJS = src/redpacket.o src/base.o src/args.o src/money.o src/alloc.o src/locks.o \
-       src/stripe.o src/direct.o src/claim.o src/batch.o src/activity.o src/settle.o src/check.o \
-       src/alert.o src/reconcile.o src/worker.o src/launcher.o src/stats.o src/guard.o \
-       src/scaleout.o src/change.o src/catalog.o src/meta.o src/rules.o src/fast.o \
-       src/ids.o src/unfreeze.o src/repair.o src/lookup.o \
-       src/wallet.o src/pending.o \
-       src/eligible.o src/livechange.o src/insert.o src/shard.o src/cluster.o
+# src/ by subsystem, bottom up: each folder uses only the ones before it,
+# through the header named after it.
+RP_SUBSYSTEMS = base ops scaleout claim reconcile campaign
+OBJS = src/redpacket.o \
+       $(patsubst %.c,%.o,$(sort $(wildcard $(addprefix src/,$(addsuffix /*.c,$(RP_SUBSYSTEMS))))))
 
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
@@ -72,14 +70,14 @@ bench-citus:
 demo:
 	bash test/demo.sh
 
-# Every object depends on the shared header.
-$(OBJS): $(wildcard src/*.h)
+# Every object depends on the headers.
+$(OBJS): $(wildcard src/*/*.h)
 
-# The allocator's own tests: a program built from src/alloc.c alone, for
-# tests only (never installed).
+# The allocator's own tests: a program built from src/claim/alloc.c alone,
+# for tests only (never installed).
 .PHONY: alloc-test
-test/alloc/plan_test: test/alloc/plan_test.c src/alloc.c src/alloc.h
-	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/alloc.c
+test/alloc/plan_test: test/alloc/plan_test.c src/claim/alloc.c src/claim/alloc.h
+	$(CC) $(CPPFLAGS) $(PG_CFLAGS) -o $@ test/alloc/plan_test.c src/claim/alloc.c
 alloc-test: test/alloc/plan_test
 	test/alloc/plan_test
 

@@ -1,5 +1,5 @@
 -- rp_create_activity writes its four rows through the executor directly
--- (src/insert.c) when the tables allow, and through its SQL statement
+-- (src/base/insert.c) when the tables allow, and through its SQL statement
 -- otherwise; either way the rows are the ones an INSERT would write: column
 -- defaults (an administrator's too) filled, every CHECK constraint enforced,
 -- triggers fired.  Each creation here sets redpacket.direct_claims itself, so

@@ -1,4 +1,4 @@
--- The executor-direct fast path of rp_claim (src/direct.c) and when the SPI
+-- The executor-direct fast path of rp_claim (src/claim/direct.c) and when the SPI
 -- path is used instead.  Each claim here sets redpacket.direct_claims itself,
 -- so the test means the same when the whole suite runs with the switch off
 -- (test/run_all.sh does that).  The DEBUG1 line "claim took the direct path"

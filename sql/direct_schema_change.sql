@@ -1,5 +1,5 @@
 -- Schema changes a superuser/DBA can make to redpacket.claim after
--- which the direct path (src/direct.c) must still write what the fast path's
+-- which the direct path (src/claim/direct.c) must still write what the fast path's
 -- SQL statement writes (or refuse as it refuses).  Each claim below runs on
 -- the path the instance is configured for (direct by default; test/run_all.sh
 -- reruns with redpacket.direct_claims = off); the expected output is the SQL

@@ -13,17 +13,12 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "ids.h"
-#include "launcher.h"
-#include "locks.h"
-#include "reconcile.h"
-#include "redpacket.h"
-#include "stats.h"
+#include "base/base.h"
+#include "claim/claim.h"
+#include "ops/ops.h"
+#include "reconcile/reconcile.h"
 
 PG_MODULE_MAGIC;
-
-int			rp_default_stripes = RP_DEFAULT_STRIPES;
-bool		rp_allow_drop = false;
 
 void		_PG_init(void);
 

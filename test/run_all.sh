@@ -227,7 +227,7 @@ suite "stress-hogs-$MAJOR" 10m diag_none env STRESS_HOGS=2 bash test/stress/run.
 
 # The claim suites again with rp_claim's fast path forced through its SQL
 # statement (redpacket.direct_claims = off, test/spi_path.conf): the
-# executor-direct path (src/direct.c) is the default everywhere above, and
+# executor-direct path (src/claim/direct.c) is the default everywhere above, and
 # both paths must pass.  TEMP_CONFIG reaches pg_regress and isolation
 # (Makefile), PostgreSQL::Test::Cluster and the stress cluster (test/lib/cluster.sh).
 SPI_TAP="test/t/013_wallet_cdc.pl test/t/101_crash.pl test/t/105_isolation_levels.pl test/t/106_claim_load.pl"

@@ -1,6 +1,6 @@
 /*
  * plan_test.c
- *		Tests of the allocator (src/alloc.c) without a server: named cases,
+ *		Tests of the allocator (src/claim/alloc.c) without a server: named cases,
  *		then many generated ones checked against the rules stated in
  *		alloc.c.  Built and run by `make alloc-test`; not part of the
  *		installed extension.  Prints "N passed, M failed" and exits non-zero
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "alloc.h"
+#include "claim/alloc.h"
 
 /* a program of its own: the C library's printf, not libpgport's */
 #undef printf

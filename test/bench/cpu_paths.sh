@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU per claim of rp_claim's two fast paths against the ceiling insert, in
 # one backend each (test/bench/cpu.sql samples the backend's own CPU time):
-#   direct   the executor-direct path (src/direct.c, the default)
+#   direct   the executor-direct path (src/claim/direct.c, the default)
 #   spi      the fast path's SQL statement (redpacket.direct_claims = off)
 #   ceiling  one INSERT into bench.claim a transaction
 # alternating, ROUNDS times, on one throwaway cluster with the benchmark's

@@ -167,7 +167,7 @@ else
 fi
 
 # Deadlock victims, by the statement that was cancelled.  The protocol
-# (src/locks.c) leaves one kind of cycle: one a transaction that made an
+# (src/claim/locks.c) leaves one kind of cycle: one a transaction that made an
 # earlier claim closes; PostgreSQL's check then fails the waiter that finds
 # it, which may be a claim or batch queued on a lock of that cycle.  So a
 # victim is a two-claim transaction (its statements name the column

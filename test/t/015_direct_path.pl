@@ -1,4 +1,4 @@
-# The executor-direct fast path of rp_claim (src/direct.c) keeps the OIDs of
+# The executor-direct fast path of rp_claim (src/claim/direct.c) keeps the OIDs of
 # redpacket.claim and redpacket.stripe and the shape of the tables for the
 # life of the backend.  In one session: claims before and after DROP
 # EXTENSION / CREATE EXTENSION (new OIDs) take the direct path and do not

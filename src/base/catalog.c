@@ -1,0 +1,149 @@
+/*
+ * catalog.c
+ *		One backend-local cache of the extension's relation OIDs (pg_cron's
+ *		job_metadata.c keeps its own the same way): looked up by name in the
+ *		schema redpacket on first use, and forgotten, with a new generation
+ *		number, on any relcache invalidation of one of them (ALTER, CREATE
+ *		INDEX, DROP/CREATE EXTENSION) or of every relation.  Everything else
+ *		that caches something about our tables (the direct path's shape, the
+ *		activities' metadata) keys it on the generation.  And the version of
+ *		the installed catalog.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "storage/sinval.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+
+#include "base.h"
+#include "catalog.h"
+
+static const char *const rel_names[RP_NRELS] = {
+	"activity", "stripe", "claim", "eligible", "ledger", "reconcile_state"
+};
+
+static Oid	relids[RP_NRELS];
+static bool valid = false;
+static uint64 generation = 1;
+static bool callback_registered = false;
+
+static void
+CatalogInvalidate(Datum arg, Oid relid)
+{
+	if (!valid)
+		return;
+	for (int r = 0; r < RP_NRELS; r++)
+		if (relid == InvalidOid || relid == relids[r])
+		{
+			valid = false;
+			generation++;
+			return;
+		}
+}
+
+static void
+CatalogLoad(void)
+{
+	Oid			nsp;
+
+	if (!callback_registered)
+	{
+		RpOnRelcacheInvalidation(CatalogInvalidate);
+		callback_registered = true;
+	}
+	nsp = get_namespace_oid("redpacket", true);
+	for (int r = 0; r < RP_NRELS; r++)
+		relids[r] = OidIsValid(nsp) ? get_relname_relid(rel_names[r], nsp) : InvalidOid;
+
+	/*
+	 * Without redpacket.activity the extension is not installed: nothing is
+	 * kept, since CREATE EXTENSION sends no invalidation of a relation we
+	 * know.  A catalog that merely predates a relation changes activity when
+	 * it is updated (ALTER TABLE), which invalidates what is kept.
+	 */
+	valid = OidIsValid(relids[RP_REL_ACTIVITY]);
+	if (!valid)
+		generation++;
+}
+
+Oid
+RpRelid(RpRel rel)
+{
+	if (!valid)
+		CatalogLoad();
+	return relids[rel];
+}
+
+uint64
+RpCatalogGeneration(void)
+{
+	if (!valid)
+		CatalogLoad();
+	return generation;
+}
+
+/*
+ * The version of the installed SQL objects as major * 100 + minor (1.0 is
+ * 100, 1.1 is 101, 1.2 is 102, 1.3 is 103), or 0 when the extension is not
+ * installed.  The library serves every catalog it can meet: code that needs
+ * objects of a later version asks this first.
+ *
+ * Read from pg_extension, and kept until this backend processes any
+ * invalidation message or the generation of our relations moves.  What a
+ * version changes is catalog objects, and every change of one sends an
+ * invalidation that every other backend processes before its next
+ * transaction uses the catalog.  An update inside a transaction that
+ * claimed before it sends its invalidations to that transaction only as
+ * local ones: the update to 1.4 alters redpacket.activity, which moves the
+ * generation (test/t/010_upgrade.pl claims, updates and claims again in one
+ * transaction).  A read per transaction cost more than a claim's own two
+ * index probes.
+ */
+int
+RpCatalogVersion(void)
+{
+	static uint64 cached_messages = 0;
+	static uint64 cached_generation = 0;
+	static bool cached_valid = false;
+	static int	cached = 0;
+	uint64		generation = RpCatalogGeneration();
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+
+	if (cached_valid && cached_messages == SharedInvalidMessageCounter &&
+		cached_generation == generation)
+		return cached;
+	cached_messages = SharedInvalidMessageCounter;
+	cached = 0;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("redpacket"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+		int			major = 0,
+					minor = 0;
+
+		if (!isnull && sscanf(TextDatumGetCString(d), "%d.%d", &major, &minor) == 2)
+			cached = major * 100 + minor;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	/* the lock may have processed messages: they were before this read */
+	cached_generation = RpCatalogGeneration();
+	cached_valid = cached_generation == generation;
+	return cached;
+}
