@@ -118,15 +118,16 @@ SELECT ok FROM redpacket.rp_repair_stripes(:o, 'balance inflated by hand');
 SELECT redpacket.rp_unfreeze(:o);
 SELECT * FROM pg_temp.books(:o);
 
--- A claim row that vanished, one forged, packets and counters changed, a
--- lucky draw's dealt amounts made up: the repair trusts the claim rows
--- and the ledger, and clears what was dealt.
+-- A claim row that vanished, one forged for 0.07 more (so the money is off
+-- whatever the draw paid), packets and counters changed, a lucky draw's
+-- dealt amounts made up: the repair trusts the claim rows and the ledger,
+-- and clears what was dealt.
 SELECT redpacket.rp_create_activity(30.00, 30, stripes => 3, name => 'lucky') AS l \gset
 SELECT count(*) FROM generate_series(1, 6) g, LATERAL pg_temp.claim(:l, 'u' || g) c WHERE c LIKE 'claimed%';
 SELECT pg_temp.tamper(format($q$
-    DELETE FROM redpacket.claim WHERE activity_id = %1$s AND user_id = 'u2';
+    WITH gone AS (DELETE FROM redpacket.claim WHERE activity_id = %1$s AND user_id = 'u2' RETURNING amount)
     INSERT INTO redpacket.claim (activity_id, user_id, idempotency_key, amount, stripe, claimed_at)
-    VALUES (%1$s, 'forger', '', 0.07, 2, now());
+    SELECT %1$s, 'forger', '', amount + 0.07, 2, now() FROM gone;
     UPDATE redpacket.stripe SET packets = packets + 3, claims = claims + 1 WHERE activity_id = %1$s AND stripe = 0;
     UPDATE redpacket.stripe SET dealt = '{5,7}', dealt_units = 12, dealt_count = 2 WHERE activity_id = %1$s AND stripe = 1;
 $q$, :l));
