@@ -203,9 +203,11 @@ MAKE_ARGS=(PG_CONFIG="$PG_CONFIG")
 suite released-scripts 1m diag_none sha256sum --check --strict test/released.sha256
 suite allocator 5m diag_none make alloc-test "${MAKE_ARGS[@]}"
 # The lock protocol's model (test/model/README.md): every interleaving of the
-# new protocol passes, the old one is found broken, broken programs are caught.
+# new protocol passes, the old one and queued single claims are found broken,
+# broken programs are caught.
 suite lock-model 5m diag_none bash -c 'python3 test/model/locks_model.py &&
-    python3 test/model/locks_model.py --old && python3 test/model/locks_model.py --selftest'
+    python3 test/model/locks_model.py --old && python3 test/model/locks_model.py --queued &&
+    python3 test/model/locks_model.py --selftest'
 if compgen -G "$WORK/sql/*.sql" | grep -qv '/redpacket--'; then
     suite "regress-$MAJOR" 10m diag_regress make installcheck "${MAKE_ARGS[@]}" ISOLATION= TAP_TESTS=
 else

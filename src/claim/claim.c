@@ -419,7 +419,7 @@ ClaimGather(RpCall *call, const RpActivity *act, uint32 user_hash)
 		return false;
 	}
 	if (!call->earlier)
-		(void) RpLockUser(act->id, user_hash, true);	/* free now */
+		(void) RpLockUser(act->id, user_hash);	/* free now */
 	return true;
 }
 
@@ -439,13 +439,65 @@ ClaimBusy(int64 activity, RpClaimRequest *req, RpOutcome *out)
 }
 
 /*
+ * The activity lock and the user's locks (rules 1 and 2 in locks.c).  A
+ * call that is not earlier only tries the user's locks: when one is busy it
+ * gives back A, waits holding nothing until its holders end, and starts
+ * over.  False for busy, holding nothing the call took.
+ */
+static bool
+ClaimBegin(RpCall *call, int64 activity, uint32 user_hash)
+{
+	RpBusyLock	busy;
+
+	for (;;)
+	{
+		if (!RpCallBegin(call, activity))
+			return false;
+		if (call->earlier)
+			return RpLockUser(activity, user_hash);
+		if (RpTryUser(activity, user_hash, &busy))
+			return true;
+		RpCallEnd(call, false);
+		if (!RpWaitHolders(&busy))
+			return false;
+	}
+}
+
+/*
+ * A stripe the attempt found busy.  An earlier call waits for it holding
+ * what it holds, and keeps it for the next attempt (*kept); one that is not
+ * earlier gives back everything, waits holding nothing until the stripe's
+ * holders end, and begins again.  False for busy, holding nothing the call
+ * took.
+ */
+static bool
+ClaimWaitStripe(RpCall *call, uint32 user_hash, int stripe, int *kept)
+{
+	RpBusyLock	busy;
+
+	if (call->earlier)
+	{
+		if (!RpWaitLock(RP_LOCK_STRIPE, call->activity, (uint32) stripe, ExclusiveLock))
+		{
+			RpUnlockUser(call->activity, user_hash);
+			return false;
+		}
+		*kept = stripe;
+		return true;
+	}
+	RpUnlockUser(call->activity, user_hash);
+	RpCallEnd(call, false);
+	RpBusyIs(&busy, RP_LOCK_STRIPE, call->activity, (uint32) stripe, ExclusiveLock);
+	return RpWaitHolders(&busy) && ClaimBegin(call, call->activity, user_hash);
+}
+
+/*
  * One claim, in as many attempts as it takes, by the protocol in locks.c:
  * the activity lock, the user's locks, then attempts.  An attempt that
  * finds a stripe busy has written nothing; the claim then waits for that
- * stripe (holding its user's locks), keeps it, and tries again.  An
- * attempt that needs every stripe gathers them (ClaimGather).  A wait
- * refused for busy ends the claim with that answer, having given back what
- * the call took.
+ * stripe (ClaimWaitStripe) and tries again.  An attempt that needs every
+ * stripe gathers them (ClaimGather).  A wait refused for busy ends the
+ * claim with that answer, having given back what the call took.
  */
 void
 RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
@@ -455,15 +507,14 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 	RpActivity	gather;			/* .id != 0 while gathering */
 	RpTakeResult took;
 	RpCall		call;
-	bool		user_held = false;
+	bool		user_held;
 
 	RpCheckRequest(req);
 	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
 	req->user_hash = RpUserHash(req->user_id);
 	gather.id = 0;
 
-	if (RpCallBegin(&call, activity))
-		user_held = RpLockUser(activity, req->user_hash, true);
+	user_held = ClaimBegin(&call, activity, req->user_hash);
 	while (user_held)
 	{
 		took = ClaimAttempt(&call, req, gather.id != 0, out, &wait_stripe);
@@ -482,13 +533,8 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 		RpStatsCount(activity, RP_STAT_WAIT);
 		if (took == RP_TAKE_GATHER && RpActivityMeta(activity, &gather))
 			user_held = ClaimGather(&call, &gather, req->user_hash);
-		else if (RpWaitLock(RP_LOCK_STRIPE, activity, (uint32) wait_stripe, ExclusiveLock))
-			kept = wait_stripe;
 		else
-		{
-			RpUnlockUser(activity, req->user_hash);
-			user_held = false;
-		}
+			user_held = ClaimWaitStripe(&call, req->user_hash, wait_stripe, &kept);
 		if (!user_held)
 			gather.id = 0;
 	}

@@ -22,9 +22,10 @@
  *		savepoint rolled back gives back its calls' locks, A with them).  A
  *		call that is not earlier waits only as follows:
  *		1. for A, first, holding nothing of the activity (any mode);
- *		2. a single claim: for its bucket and user holding only A (never
- *		   one while holding the other), then for at most one busy stripe
- *		   at a time holding A and its user locks but no stripe;
+ *		2. a single claim only tries its bucket, its user and its stripe;
+ *		   when one is busy it gives back everything of the activity, A
+ *		   too, waits holding nothing and in no queue until the
+ *		   transactions that hold that lock have ended, and starts over;
  *		3. a batch: for a gate slot holding only A, for its buckets and
  *		   users in order holding only A and lower ones, and for at most one
  *		   busy stripe holding A, its slot and users but no stripe;
@@ -46,25 +47,34 @@
  *		-> ... -> T1 in which no Ti is earlier.  A walker or gatherer
  *		waiting for A exclusively holds nothing of the activity, and only
  *		first locks (rule 1), which hold nothing of the activity either,
- *		queue behind it.  Every other wait is for a lock above every lock
- *		of the activity the waiter holds (A < G < B < U < S, stripes by
- *		number; a claim or batch waiting for a stripe holds none).  So each
- *		Ti holds a lock below the one Ti+1 waits for, and going round the
- *		cycle gives L1 < L2 < ... < L1: impossible.  The cycles left each
- *		include an earlier call: an application transaction that made
+ *		queue behind it.  A single claim waiting for holders to end holds
+ *		nothing and is in no queue.  Every other wait is for a lock above
+ *		every lock of the activity the waiter holds (A < G < B < U < S,
+ *		stripes by number; a batch waiting for a stripe holds none).  So
+ *		each Ti holds a lock below the one Ti+1 waits for, and going round
+ *		the cycle gives L1 < L2 < ... < L1: impossible.  The cycles left
+ *		each include an earlier call: an application transaction that made
  *		several calls, an operator's that froze and then claimed, a
  *		reconciliation in a transaction that holds locks.  PostgreSQL
  *		breaks such a cycle with 40P01 as any application deadlock, failing
  *		the waiter whose check finds it: one of the transactions, or a
- *		claim or batch queued on a lock of the cycle (its rule: a waiter
- *		that finds a cycle it cannot break by reordering a queue fails,
- *		though it only queues beside it).  A walker never waits holding a
- *		lock of the activity, so it is never part of one.
+ *		batch queued on a lock of the cycle (its rule: a waiter that finds
+ *		a cycle it cannot break by reordering a queue fails, though it only
+ *		queues beside it).  A single claim is never that waiter: while it
+ *		waits for holders no wait is for it, so no cycle goes through it.
+ *		It queues only for A (rule 1), behind walkers; only a deadlock
+ *		between two transactions that each walk several activities (an
+ *		operator closing two activities in the opposite order of another)
+ *		can pass through that queue.  A walker never waits holding a lock
+ *		of the activity, so it is never part of a cycle of claims.
  *		test/model/locks_model.py checks all of this exhaustively.
  *
  *		Progress.  Lock queues are first come first served, so a walker or
  *		gatherer waiting for A is served once the calls that hold A end:
- *		claims that came after it queue behind it.  The price is that a
+ *		claims that came after it queue behind it.  Single claims that wait
+ *		for holders to end are not served in order: each starts over when
+ *		the holder it saw ends, and may find the lock taken again, by a
+ *		claim that came later; its wait is bounded by lock_timeout.  The price is that a
  *		walker waiting behind a transaction that idles holding a claim
  *		holds up the claims behind it; that is what an operator's
  *		lock_timeout is for.  What a scheduler calls keeps that short: the
@@ -175,22 +185,16 @@ RpCallEnd(RpCall *call, bool keep)
 	call->shared = false;
 }
 
-/* A single claim's bucket and user lock (rule 2). */
+/*
+ * A claim's bucket and user lock, waiting for either
+ * holding neither, as a batch may hold both.  For an earlier call, and for
+ * one that holds A exclusively (all free then).
+ */
 bool
-RpLockUser(int64 activity, uint32 user_hash, bool wait)
+RpLockUser(int64 activity, uint32 user_hash)
 {
 	uint32		bucket = user_hash % RP_USER_BUCKETS;
 
-	if (!wait)
-	{
-		if (!RpLockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock, false))
-			return false;
-		if (RpLock(RP_LOCK_USER, activity, user_hash, false))
-			return true;
-		RpUnlockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
-		return false;
-	}
-	/* wait for either holding neither, as a batch may hold both */
 	for (;;)
 	{
 		if (!RpWaitLock(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock))
@@ -204,6 +208,62 @@ RpLockUser(int64 activity, uint32 user_hash, bool wait)
 			return true;
 		RpUnlock(RP_LOCK_USER, activity, user_hash);
 	}
+}
+
+/* The same without waiting: false, holding neither, naming the busy one. */
+bool
+RpTryUser(int64 activity, uint32 user_hash, RpBusyLock *busy)
+{
+	uint32		bucket = user_hash % RP_USER_BUCKETS;
+
+	if (!RpLockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock, false))
+	{
+		RpBusyIs(busy, RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+		return false;
+	}
+	if (RpLock(RP_LOCK_USER, activity, user_hash, false))
+		return true;
+	RpUnlockMode(RP_LOCK_BUCKET, activity, bucket, RowExclusiveLock);
+	RpBusyIs(busy, RP_LOCK_USER, activity, user_hash, ExclusiveLock);
+	return false;
+}
+
+void
+RpBusyIs(RpBusyLock *busy, RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
+{
+	busy->activity = activity;
+	busy->kind = kind;
+	busy->sub = sub;
+	busy->mode = mode;
+}
+
+/*
+ * Wait, holding nothing of the activity, until every transaction that
+ * holds the busy lock in a conflicting mode has ended (rule 2); false, not
+ * waiting, for busy.  The waiter is in no queue of the activity's locks and
+ * holds none, so no wait of the activity can be for it.  A lock refused for
+ * a waiter ahead (a batch waiting for a bucket exclusively behind claims
+ * that share it) has no conflicting holder: then wait for every holder, so
+ * that the wait is for the transactions the waiter ahead waits for.
+ */
+bool
+RpWaitHolders(const RpBusyLock *busy)
+{
+	LOCKTAG		tag;
+	int			conflicts = 0;
+	bool		counted = busy_scope;
+
+	if (counted && rp_max_waiting > 0 &&
+		RpLockHolders(RP_LOCK_WAITING, busy->activity, 0) >= rp_max_waiting)
+		return false;
+	if (counted)
+		(void) RpLockMode(RP_LOCK_WAITING, busy->activity, 0, RowShareLock, true);
+	RpLockTag(&tag, busy->kind, busy->activity, busy->sub);
+	(void) GetLockConflicts(&tag, busy->mode, &conflicts);
+	WaitForLockers(tag, conflicts > 0 ? busy->mode : AccessExclusiveLock, false);
+	if (counted)
+		RpUnlockMode(RP_LOCK_WAITING, busy->activity, 0, RowShareLock);
+	return true;
 }
 
 void

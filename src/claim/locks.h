@@ -21,7 +21,20 @@ extern bool RpBusyScope(bool on);
 extern bool RpGatherBegin(RpCall *call, const RpActivity *act);
 extern void RpGatherEnd(RpCall *call, const RpActivity *act);
 
-extern bool RpLockUser(int64 activity, uint32 user_hash, bool wait);
+/* A lock found busy, whose holders' ends a call holding nothing waits for. */
+typedef struct RpBusyLock
+{
+	int64		activity;
+	RpLockKind	kind;
+	uint32		sub;
+	LOCKMODE	mode;			/* the mode the call wanted */
+} RpBusyLock;
+extern void RpBusyIs(RpBusyLock *busy, RpLockKind kind, int64 activity, uint32 sub,
+					 LOCKMODE mode);
+extern bool RpWaitHolders(const RpBusyLock *busy);
+
+extern bool RpLockUser(int64 activity, uint32 user_hash);
+extern bool RpTryUser(int64 activity, uint32 user_hash, RpBusyLock *busy);
 extern void RpUnlockUser(int64 activity, uint32 user_hash);
 
 /* A batch's user locks (rule 3 in locks.c). */

@@ -8,6 +8,7 @@
 #                transaction, one backend (a procedure that COMMITs per claim)
 #   cpu_batch    backend CPU per rp_claim_batch call of 100 claims
 #   tps_claim    pgbench, CLIENTS clients, DURATION s, rp_claim.pgbench
+#   p99_claim    the 99th percentile of that run's latencies, milliseconds
 #   tps_batch    pgbench, CLIENTS clients, DURATION s, rp_claim_batch.pgbench
 #   cpu_lucky    backend CPU per lucky draw (rp_claim, amount NULL), one a
 #                transaction, on an activity of LUCKY_PACKETS packets
@@ -123,17 +124,24 @@ SQL
     done
     for kind in claim batch; do
         act=$(psql_ -c "SELECT redpacket.rp_create_activity(100000000.00, stripes => 16)")
+        rm -f "$WORK/lat".*
         tps=$(as_pg "$BIN/pgbench" -n -h /tmp -p "$PORT" -c "$CLIENTS" -j 2 -T "$DURATION" \
+                  -l --log-prefix="$WORK/lat" \
                   -D act="$act" -D batch=100 -D n=0 -f "$HERE/$([ $kind = claim ] && echo rp_claim || echo rp_claim_batch).pgbench" postgres 2>&1 |
               tee -a "$WORK/pgbench.log" | sed -n "s/^tps = \([0-9.]*\).*/\1/p")
         echo "$label tps_$kind $tps" >>"$WORK/results"
+        if [ "$kind" = claim ]; then
+            cat "$WORK/lat".* | awk '{print $3 / 1000}' | sort -g |
+                awk -v l="$label" '{a[NR] = $1} END {print l " p99_claim " a[int(NR * 0.99)]}' \
+                >>"$WORK/results"
+        fi
     done
     act=$(psql_ -c "SELECT redpacket.rp_create_activity(1000000.00, packets => $LUCKY_PACKETS)")
     as_pg "$BIN/pgbench" -n -h /tmp -p "$PORT" -c "$LUCKY_CLIENTS" -j 2 -T "$DURATION" \
         -D act="$act" -D n=0 -f "$HERE/rp_claim_lucky.pgbench" postgres >>"$WORK/pgbench.log" 2>&1
     psql_ -c "SELECT '$label tps_lucky ' || round(count(*) / extract(epoch FROM max(claimed_at) - min(claimed_at)), 1)
                 FROM redpacket.claim WHERE activity_id = $act" >>"$WORK/results"
-    grep "^$label " "$WORK/results" | tail -6 | tr '\n' ' '
+    grep "^$label " "$WORK/results" | tail -7 | tr '\n' ' '
     echo
 }
 
@@ -145,8 +153,8 @@ done
 as_pg "$BIN/pg_ctl" -D "$WORK/data" -w stop >/dev/null
 
 summary() {
-    echo "median of $ROUNDS rounds each (cpu: microseconds per call; tps: calls per second)"
-    for kind in cpu_claim cpu_batch cpu_lucky tps_claim tps_batch tps_lucky; do
+    echo "median of $ROUNDS rounds each (cpu: microseconds per call; tps: calls per second; p99: ms)"
+    for kind in cpu_claim cpu_batch cpu_lucky tps_claim p99_claim tps_batch tps_lucky; do
         o=$(awk -v k=$kind '$1 == "old" && $2 == k {print $3}' "$WORK/results" | median)
         n=$(awk -v k=$kind '$1 == "new" && $2 == k {print $3}' "$WORK/results" | median)
         awk -v k=$kind -v o="$o" -v n="$n" 'BEGIN {printf "%-10s old %10.1f  new %10.1f  new/old %.3f\n", k, o, n, n / o}'

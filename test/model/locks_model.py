@@ -4,6 +4,8 @@ PostgreSQL's heavyweight lock manager (advisory locks, two modes).
 
     python3 test/model/locks_model.py              new protocol, every config
     python3 test/model/locks_model.py --old        old protocol: must break
+    python3 test/model/locks_model.py --queued     single claims that queue
+                                                   holding A and U: must break
     python3 test/model/locks_model.py --config X   one configuration
     python3 test/model/locks_model.py --list       the configuration names
     python3 test/model/locks_model.py --selftest   broken programs are caught
@@ -17,6 +19,7 @@ import sys
 import time
 from collections import deque
 
+NOHOLD = True            # --queued sets False: 1.4's single claim, queued
 STRICT = False           # --strict-cycles: resolved soft cycles count for P1
 S, X = 'S', 'X'          # RowExclusiveLock, ExclusiveLock
 
@@ -101,6 +104,24 @@ def give_back_wait(k, U, Ss, again, got, busy):
 def claim_body(k, o, a, user, stripe, old):
     """Single claim 1., up to the write (no commit)."""
     U, Ss = o.U(user, a), o.S(stripe, a)
+    if not old and NOHOLD:
+        start, bu, bs, got = k.lab('s'), k.lab('b'), k.lab('b'), k.lab('g')
+        k('L', start)
+        k('wait', o.A(a), S, False)
+        k('try', U, X, bu)
+        k('try', Ss, X, bs)
+        k('goto', got, 'write')
+        k('L', bu)
+        k('rel', o.A(a), S)
+        k('waitend', U, X)
+        k('goto', start, 'retry')
+        k('L', bs)
+        k('rel', U, X)
+        k('rel', o.A(a), S)
+        k('waitend', Ss, X)
+        k('goto', start, 'retry')
+        k('L', got)
+        return
     if not old:
         busy, got = k.lab('b'), k.lab('g')
         k('wait', o.A(a), S, False)
@@ -108,7 +129,7 @@ def claim_body(k, o, a, user, stripe, old):
         k('try', Ss, X, busy)
         k('goto', got, 'write')
         k('L', busy)
-        k('wait', Ss, X, False)        # holding A and its user lock
+        k('wait', Ss, X, False)
         k('L', got)
         return
     lu, busy, busy2, got = k.lab('u'), k.lab('b'), k.lab('b'), k.lab('g')
@@ -158,11 +179,18 @@ def prog_claim(o, old, a=0, user=0, stripe=0, needs=None, writes=(0,)):
         needs = (stripe,)
     k = Asm()
     U = o.U(user, a)
-    if not old:
-        k('wait', o.A(a), S, False)
+    nohold = NOHOLD and not old
     lu, got = k.lab('u'), k.lab('g')
-    k('L', lu)
-    k('wait', U, X, False)
+    if nohold:
+        bu = k.lab('b')
+        k('L', lu)
+        k('wait', o.A(a), S, False)
+        k('try', U, X, bu)
+    else:
+        if not old:
+            k('wait', o.A(a), S, False)
+        k('L', lu)
+        k('wait', U, X, False)
     labs = [k.lab('n') for _ in needs]
     if len(needs) > 1:
         k('choose', labs, ['needs ' + ('every stripe' if n == 'all' else
@@ -185,11 +213,22 @@ def prog_claim(o, old, a=0, user=0, stripe=0, needs=None, writes=(0,)):
         k('try', Ss, X, busy)
         k('goto', got, 'write')
         k('L', busy)
+        if nohold:
+            k('rel', U, X)
+            k('rel', o.A(a), S)
+            k('waitend', Ss, X)
+            k('goto', lu, 'retry')
+            continue
         if not old:
-            k('wait', Ss, X, False)    # holding A and its user lock
+            k('wait', Ss, X, False)
             k('goto', got, 'write')
             continue
         give_back_wait(k, U, Ss, lu, got, busy2)
+    if nohold:
+        k('L', bu)
+        k('rel', o.A(a), S)
+        k('waitend', U, X)
+        k('goto', lu, 'retry')
     k('L', got)
     k('commit',)
     return k.code
@@ -230,6 +269,10 @@ def prog_twoclaim(o, old, a=0, user=1, stripe=1, second=((1, 0),), idle=1,
         for u2, n in second])
     for lab, (u2, need) in zip(labs, second):
         k('L', lab)
+        if b != a and need != 'all' and NOHOLD and not old:
+            claim_body(k, o, b, u2, need, old)  # a first call on b
+            k('goto', end, 'done')
+            continue
         if not old:
             k('wait', o.A(b), S, False)        # a re-acquire when b == a
         if b == a:
@@ -407,6 +450,16 @@ CONFIGS = [
         ('T1', 'twoclaim', dict(user=1, stripe=1, second=((1, 0),)), False),
         ('T2', 'twoclaim', dict(user=0, stripe=0, second=((0, 1),)), False),
         ('C', 'claim', dict(user=2, needs=(0, 1)), False)]),
+    ('bystander_in_user_queue', 1, {0: 2}, [
+        ('T1', 'twoclaim', dict(user=1, stripe=1, second=((1, 0),)), False),
+        ('T2', 'twoclaim', dict(user=0, stripe=0, second=((1, 1),)), False),
+        ('C', 'claim', dict(user=1, needs=(0, 1)), False)]),
+    ('bystander_two_activities', 2, {0: 1, 1: 1}, [
+        ('T1', 'twoclaim', dict(a=0, user=0, stripe=0, a2=1,
+                                second=((0, 0),)), False),
+        ('T2', 'twoclaim', dict(a=1, user=0, stripe=0, a2=0,
+                                second=((2, 0),)), False),
+        ('C', 'claim', dict(a=0, user=1, needs=(0,)), False)]),
     ('two_twoclaims', 1, {0: 2}, [
         ('T1', 'twoclaim', dict(user=1, stripe=1, second=(
             (1, 0), (0, 0), (0, 'all'))), False),
@@ -603,7 +656,7 @@ class Model:
         objs = set()
         for p in self.progs:
             for ins in p:
-                if ins[0] in ('wait', 'waitnow', 'try', 'tryfree', 'rel'):
+                if ins[0] in ('wait', 'waitnow', 'try', 'tryfree', 'rel', 'waitend'):
                     objs.add(ins[1])
         for a in range(nact):
             objs.add(o.A(a))
@@ -616,7 +669,7 @@ class Model:
         # resolve object names to ids
         for p in self.progs:
             for j, ins in enumerate(p):
-                if ins[0] in ('wait', 'waitnow', 'try', 'tryfree', 'rel'):
+                if ins[0] in ('wait', 'waitnow', 'try', 'tryfree', 'rel', 'waitend'):
                     p[j] = (ins[0], self.oid[ins[1]]) + ins[2:]
         self.n = len(actors)
         self.multi = [kd in MULTI for kd in self.kinds]
@@ -701,8 +754,11 @@ class Model:
         return None
 
     # ---- wait-for graph
-    def graph(self, L):
+    def graph(self, L, A=None):
         E = {}
+        for p, (pc, st) in enumerate(A or ()):
+            if st[0] == 'H':
+                E.setdefault(p, set()).update(int(c) for c in st[1:])
         for o, (g, q) in enumerate(L):
             for i, (w, wm) in enumerate(q):
                 s = E.setdefault(w, set())
@@ -731,13 +787,13 @@ class Model:
             return None
         return frozenset(v for v in r if p in self.reach(E, v))
 
-    def deadlock_check(self, L, p):
+    def deadlock_check(self, L, p, A=None):
         """None (no cycle through p), ('reorder', L', members) or
         ('victim', members)."""
-        key = (L, p)
+        key = (L, A, p)
         if key in self.dlcache:
             return self.dlcache[key]
-        E = self.graph(L)
+        E = self.graph(L, A)
         mem = self.cycle_members(E, p)
         if mem is None:
             res = None
@@ -766,7 +822,7 @@ class Model:
                     L2[o] = (L[o][0], pq)
                     if pq != L[o][1]:
                         moved.update(w for w, _ in pq)
-                E2 = self.graph(L2)
+                E2 = self.graph(L2, A)
                 if all(self.cycle_members(E2, v) is None for v in moved):
                     res = ('reorder', tuple(L2), mem)
                     break
@@ -789,8 +845,13 @@ class Model:
             nm = self.names[p]
             if st == 'R':
                 out.extend(self.step(L0, A0, p))
-            elif st == 'W':
-                r = self.deadlock_check(L0, p)
+            elif st[0] == 'H' and all(A0[int(c)][1] in 'DVT' for c in st[1:]):
+                L, A, log = list(L0), list(A0), []
+                A[p] = (pc + (self.progs[p][pc][0] == 'waitend'), 'R')
+                out.append((p, 'step', '%s: the holders ended' % nm,
+                            (tuple(L), tuple(A)), []))
+            if st == 'W' or st[0] == 'H':
+                r = self.deadlock_check(L0, p, A0)
                 if r is not None:
                     L, A, log = list(r[1] if r[0] == 'reorder' else L0), \
                         list(A0), []
@@ -833,7 +894,19 @@ class Model:
             res.append((p, 'step', self.label(lab, log),
                         (tuple(L), tuple(A)), ev))
 
-        if op in ('wait', 'waitnow', 'tryfree'):
+        if op == 'waitend':
+            o, m = ins[1], ins[2]
+            hs = sorted(set(h for h, hm in L[o][0]
+                            if h != p and conflict(m, hm)))
+            lab = '%s: waitend %s %s' % (nm, self.objs[o], m)
+            if not hs:
+                A[p] = (pc + 1, 'R')
+                done(lab + ' -> no holder')
+            else:
+                A[p] = (pc, 'H' + ''.join(str(h) for h in hs))
+                done(lab + ' -> waits for the end of %s' %
+                     ', '.join(self.names[h] for h in hs))
+        elif op in ('wait', 'waitnow', 'tryfree'):
             o, m = ins[1], ins[2]
             on = self.objs[o]
             lab = '%s: %s %s %s' % (nm, op, on, m)
@@ -966,6 +1039,8 @@ def may_lose(M, v, mem):
     wallet."""
     if M.old:
         return False
+    if M.kinds[v] == 'claim':
+        return False
     return M.kinds[v] in CLAIM_KINDS and any(M.multi[m] for m in mem)
 
 
@@ -1027,7 +1102,7 @@ def check(cfg, old=False):
                     fail(tag, sid, lab, data)
         edges.append(es)
         # P2: stuck
-        unfinished = [p for p in range(M.n) if A[p][1] in 'RW']
+        unfinished = [p for p in range(M.n) if A[p][1][0] in 'RWH']
         if unfinished and not any(k != 'timeout' for _, _, k in es):
             fail('P2', sid, None, 'no move (other than a lock timeout) '
                  'while %s unfinished' % ', '.join(M.names[p]
@@ -1036,8 +1111,8 @@ def check(cfg, old=False):
         if wallet:
             E = None
             for p in range(M.n):
-                if A[p][1] == 'W' and M.kinds[p] in SINGLE_CLAIM:
-                    E = E or M.graph(L)
+                if A[p][1][0] in 'WH' and M.kinds[p] in SINGLE_CLAIM:
+                    E = E or M.graph(L, A)
                     if any(w in M.reach(E, p) for w in wallet):
                         fail('P7', sid, None, '%s waits (transitively) for '
                              'the wallet' % M.names[p])
@@ -1177,6 +1252,10 @@ def run(cfgs, old):
                 print('    then forever:')
                 for s in fails[p][3]:
                     print('      ' + s)
+    if not NOHOLD:
+        print('queued single claims: a claim is a victim' if nfail else
+              'queued single claims: no victim found (the model is wrong)')
+        return 0 if nfail else 1
     if old:
         print('old protocol: violation found' if found else
               'old protocol: no violation found (the model is wrong)')
@@ -1206,8 +1285,9 @@ def selftest():
 def main(argv):
     if '--selftest' in argv:
         return selftest()
-    global STRICT
+    global STRICT, NOHOLD
     STRICT = '--strict-cycles' in argv
+    NOHOLD = '--queued' not in argv
     old = '--old' in argv
     cfgs = OLD_CONFIGS + CONFIGS if old else CONFIGS
     if '--list' in argv:

@@ -47,7 +47,7 @@ sub behind
 	$second->query_until(qr/sent\n/, "\\echo sent\n$sql\n");
 	my $waiting = $holder->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
-		  . " WHERE l.locktype = 'advisory' AND NOT l.granted AND a.query LIKE '%rp_claim(%'");
+		  . " WHERE NOT l.granted AND a.query LIKE '%rp_claim(%'");
 	my ($out) = $first->query($release);
 	($out) = $second->query("SELECT 'end'");
 	$out =~ s/\n?end$//;
