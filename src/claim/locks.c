@@ -74,9 +74,9 @@
  *		claims that came after it queue behind it.  Single claims that wait
  *		for holders to end are not served in order: each starts over when
  *		the holder it saw ends, and may find the lock taken again, by a
- *		claim that came later; its wait is bounded by lock_timeout.  The price is that a
- *		walker waiting behind a transaction that idles holding a claim
- *		holds up the claims behind it; that is what an operator's
+ *		claim that came later; its wait is bounded by lock_timeout.  The
+ *		price is that a walker waiting behind a transaction that idles
+ *		holding a claim holds up the claims behind it; that is what an operator's
  *		lock_timeout is for.  What a scheduler calls keeps that short: the
  *		reconciliation pass tries A without waiting (RpWalkTry) and comes
  *		back to a busy activity alone, its one wait bounded by lock_timeout
@@ -147,6 +147,30 @@ RpBusyScope(bool on)
 }
 
 /*
+ * Inside the busy scope, count the caller among the activity's waiters
+ * while it waits: false, not counted, when redpacket.max_waiting already
+ * wait.  WaitersLeave ends the count.
+ */
+static bool
+WaitersEnter(int64 activity)
+{
+	if (!busy_scope)
+		return true;
+	if (rp_max_waiting > 0 &&
+		RpLockHolders(RP_LOCK_WAITING, activity, 0) >= rp_max_waiting)
+		return false;
+	(void) RpLockMode(RP_LOCK_WAITING, activity, 0, RowShareLock, true);
+	return true;
+}
+
+static void
+WaitersLeave(int64 activity)
+{
+	if (busy_scope)
+		RpUnlockMode(RP_LOCK_WAITING, activity, 0, RowShareLock);
+}
+
+/*
  * Take the lock, waiting if need be; false (not waiting) when the call may
  * answer busy and redpacket.max_waiting calls of the activity already wait.
  */
@@ -155,14 +179,10 @@ RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode)
 {
 	if (RpLockMode(kind, activity, sub, mode, false))
 		return true;
-	if (!busy_scope)
-		return RpLockMode(kind, activity, sub, mode, true);
-	if (rp_max_waiting > 0 &&
-		RpLockHolders(RP_LOCK_WAITING, activity, 0) >= rp_max_waiting)
+	if (!WaitersEnter(activity))
 		return false;
-	(void) RpLockMode(RP_LOCK_WAITING, activity, 0, RowShareLock, true);
 	(void) RpLockMode(kind, activity, sub, mode, true);
-	RpUnlockMode(RP_LOCK_WAITING, activity, 0, RowShareLock);
+	WaitersLeave(activity);
 	return true;
 }
 
@@ -186,9 +206,9 @@ RpCallEnd(RpCall *call, bool keep)
 }
 
 /*
- * A claim's bucket and user lock, waiting for either
- * holding neither, as a batch may hold both.  For an earlier call, and for
- * one that holds A exclusively (all free then).
+ * A claim's bucket and user lock, waiting for either holding neither, as a
+ * batch may hold both.  For an earlier call, and for one that holds A
+ * exclusively (all free then).
  */
 bool
 RpLockUser(int64 activity, uint32 user_hash)
@@ -250,19 +270,18 @@ bool
 RpWaitHolders(const RpBusyLock *busy)
 {
 	LOCKTAG		tag;
-	int			conflicts = 0;
-	bool		counted = busy_scope;
+	VirtualTransactionId *holders;
+	int			n;
 
-	if (counted && rp_max_waiting > 0 &&
-		RpLockHolders(RP_LOCK_WAITING, busy->activity, 0) >= rp_max_waiting)
+	if (!WaitersEnter(busy->activity))
 		return false;
-	if (counted)
-		(void) RpLockMode(RP_LOCK_WAITING, busy->activity, 0, RowShareLock, true);
 	RpLockTag(&tag, busy->kind, busy->activity, busy->sub);
-	(void) GetLockConflicts(&tag, busy->mode, &conflicts);
-	WaitForLockers(tag, conflicts > 0 ? busy->mode : AccessExclusiveLock, false);
-	if (counted)
-		RpUnlockMode(RP_LOCK_WAITING, busy->activity, 0, RowShareLock);
+	holders = GetLockConflicts(&tag, busy->mode, &n);
+	if (n == 0)
+		holders = GetLockConflicts(&tag, AccessExclusiveLock, &n);
+	for (; VirtualTransactionIdIsValid(*holders); holders++)
+		(void) VirtualXactLock(*holders, true);
+	WaitersLeave(busy->activity);
 	return true;
 }
 
