@@ -653,7 +653,8 @@ CREATE FUNCTION redpacket.rp_activity_stats(
     OUT claimed bigint,
     OUT stripe_waits bigint,
     OUT gathers bigint,
-    OUT errors bigint)
+    OUT errors bigint,
+    OUT retryable bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'rp_activity_stats'
 LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
@@ -662,7 +663,7 @@ COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
 REVOKE ALL ON FUNCTION redpacket.rp_activity_stats() FROM PUBLIC;
 CREATE VIEW redpacket.activity_stats AS
 SELECT activity_id, scope, counting_since, claimed, duplicate, exhausted, frozen, ended,
-       not_started, not_eligible, user_limit, busy, stripe_waits, gathers, errors
+       not_started, not_eligible, user_limit, busy, stripe_waits, gathers, errors, retryable
 FROM redpacket.rp_activity_stats();
 COMMENT ON VIEW redpacket.activity_stats IS
     'Answers and events of this database since the server started, CREATE EXTENSION or rp_stats_reset(): a row per activity in shared memory, plus the folded row (activities whose counters left it: settled, or the least recently active when room was needed) and the untracked row; lost on restart, empty unless redpacket is in shared_preload_libraries. The rows add up to every answer given.';
@@ -680,7 +681,8 @@ COMMENT ON COLUMN redpacket.activity_stats.user_limit IS 'Answers user_limit (th
 COMMENT ON COLUMN redpacket.activity_stats.busy IS 'Answers busy (the claim would have waited behind redpacket.max_waiting others).';
 COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited for a busy stripe lock.';
 COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
-COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
+COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error other than a retryable one (bad input, a fault): the count to alert on.';
+COMMENT ON COLUMN redpacket.activity_stats.retryable IS 'Claim calls that failed with an error the caller retries: 40001 serialization failure, 40P01 deadlock, 55P03 lock timeout, 57014 statement timeout or cancel (contention, not a fault).';
 REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
 
 -- The reconciler's own record: counters that only grow (so alerts on them
@@ -742,6 +744,18 @@ COMMENT ON COLUMN redpacket.reconcile_problem.since IS 'When the problem was fir
 COMMENT ON COLUMN redpacket.reconcile_problem.reported_at IS 'When it was last reported.';
 REVOKE ALL ON redpacket.reconcile_problem FROM PUBLIC;
 
+-- Whether the launcher runs, from shared memory: pg_stat_activity hides the
+-- launcher's backend type from a role without pg_read_all_stats.
+CREATE FUNCTION redpacket.rp_launcher_running()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rp_launcher_running'
+LANGUAGE C STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION redpacket.rp_launcher_running() IS
+    'Whether the redpacket launcher runs on this server (read from shared memory, the same for every role); false when redpacket is not in shared_preload_libraries.';
+REVOKE ALL ON FUNCTION redpacket.rp_launcher_running() FROM PUBLIC;
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_launcher_running()');
+
 -- The reconciler's status: when the next pass is due and whether it is
 -- late, whether a launcher runs at all, the counters, and the activities
 -- that need a person now.  A pass is expected every
@@ -761,8 +775,7 @@ SELECT pg_catalog.current_database() AS database,
            (COALESCE(r.last_pass_finished_at, r.installed_at)
             OPERATOR(pg_catalog.+) (i.every OPERATOR(pg_catalog.*) 2::pg_catalog.float8)) AS overdue,
        i.every AS expected_every,
-       EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
-                WHERE a.backend_type OPERATOR(pg_catalog.=) 'redpacket launcher') AS launcher_running,
+       redpacket.rp_launcher_running() AS launcher_running,
        r.passes,
        r.checks,
        r.mismatches,
@@ -918,6 +931,7 @@ DECLARE
     mismatches pg_catalog.int8 := 0;
     unchecked pg_catalog.int8 := 0;
     failed pg_catalog.int8[] := '{}';
+    still pg_catalog.int8[];
 BEGIN
     -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
     -- below is qualified or typed, and the path is pinned for its statements.
@@ -937,12 +951,29 @@ BEGIN
         EXIT WHEN r.left_pending OPERATOR(pg_catalog.=) 0;
         after := r.last_activity;
     END LOOP;
+    -- What earlier passes found and nobody resolved: an activity that has
+    -- not changed since its check failed is not checked again, so the books
+    -- stay wrong without a new mismatch.
+    SELECT pg_catalog.array_agg(o.id ORDER BY o.id) INTO still
+      FROM (SELECT s.activity_id AS id FROM redpacket.reconcile_state s WHERE NOT s.last_ok
+            UNION
+            SELECT a.id FROM redpacket.activity a
+             WHERE pg_catalog.starts_with(a.frozen_reason, 'reconciliation mismatch')
+            UNION
+            SELECT p.activity_id FROM redpacket.reconcile_problem p) o;
     IF mismatches OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'data_corrupted',
             MESSAGE = pg_catalog.format('redpacket reconciliation failed for %s of %s activities', mismatches, checked),
             DETAIL = pg_catalog.format('Failed activities: %s.', pg_catalog.array_to_string(failed, ', ')),
             HINT = 'The failed checks are recorded in redpacket.reconciliation (problems, error); the pass itself was committed.';
+    END IF;
+    IF still IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'data_corrupted',
+            MESSAGE = pg_catalog.format('redpacket books of %s activities are still wrong', pg_catalog.cardinality(still)),
+            DETAIL = pg_catalog.format('Activities whose latest check failed, that a check froze, or with an open problem in redpacket.reconcile_problem: %s.', pg_catalog.array_to_string(still, ', ')),
+            HINT = 'Repair them (redpacket.rp_repair_stripes, or restore the missing rows), then redpacket.rp_unfreeze; until then every run fails.';
     END IF;
     IF unchecked OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
@@ -954,7 +985,7 @@ BEGIN
 END;
 $$;
 COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) IS
-    'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong and 55000 when one could not run, so pg_cron records the run as failed.';
+    'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong or an activity is still wrong from an earlier check (its latest check failed, a check froze it, or it has an open problem) and 55000 when one could not run, so pg_cron records every run as failed until the books are repaired and unfrozen.';
 REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) FROM PUBLIC;
 DELETE FROM redpacket.role_grant
  WHERE privilege OPERATOR(pg_catalog.=) 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)';
@@ -1288,3 +1319,35 @@ COMMENT ON EVENT TRIGGER redpacket_publication_alter IS
     'Before ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim or redpacket.ledger (from a dump): drops the table from the publication if it is in it without a column list or row filter, so that the command adds it instead of failing.';
 COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
     'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it; before ALTER PUBLICATION redpacket_events ADD TABLE of claim or ledger, takes out the copy it put in.';
+
+-- [guard] Rows the checks start from ---------------------------------------------
+-- The extension never deletes an activity, its stripes or its reconciliation
+-- state: a check lists activities from them, so a row deleted by hand would
+-- take its money out of every check.  Refused like a change of the
+-- append-only tables (with session_replication_role = replica no trigger
+-- fires: the checks report what is missing then).
+CREATE FUNCTION redpacket.refuse_delete() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'insufficient_privilege',
+        MESSAGE = pg_catalog.format('%s on %I.%I is not allowed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+        DETAIL = 'Activities, their stripes and their reconciliation state are kept for the life of the extension: the checks start from them.',
+        HINT = 'Close or freeze an activity instead; redpacket.rp_repair_stripes rebuilds wrong stripes.';
+END;
+$$;
+COMMENT ON FUNCTION redpacket.refuse_delete() IS
+    'Trigger function that refuses DELETE and TRUNCATE on activity, stripe and reconcile_state.';
+REVOKE ALL ON FUNCTION redpacket.refuse_delete() FROM PUBLIC;
+CREATE TRIGGER kept BEFORE DELETE ON redpacket.activity
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
+CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.activity
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();
+CREATE TRIGGER kept BEFORE DELETE ON redpacket.stripe
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
+CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.stripe
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();
+CREATE TRIGGER kept BEFORE DELETE ON redpacket.reconcile_state
+    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
+CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.reconcile_state
+    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();

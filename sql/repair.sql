@@ -159,6 +159,20 @@ SELECT pg_temp.tamper(format('DELETE FROM redpacket.claim WHERE activity_id = %s
 SELECT ok FROM redpacket.rp_reconcile(:x, true);
 SELECT redpacket.rp_unfreeze(:x);
 
+-- A stripe whose revision was changed by hand: a claim that needs it ends
+-- with an error instead of reading the activity again until a timeout; the
+-- repair rebuilds the revision and claims pay again.
+SELECT redpacket.rp_create_activity(4.00, 4, stripes => 1) AS r \gset
+SELECT pg_temp.tamper(format('UPDATE redpacket.stripe SET revision = revision + 7 WHERE activity_id = %s', :r));
+SET statement_timeout = '20s';
+SELECT pg_temp.refusal(format('SELECT redpacket.rp_claim(%s, ''u1'', 1.00)', :r));
+SELECT pg_temp.refusal(format('SELECT redpacket.rp_claim_batch(%s, ARRAY[''u2''], ARRAY[1.00])', :r));
+RESET statement_timeout;
+SELECT redpacket.rp_freeze(:r, 'stripe revision edited by hand');
+SELECT ok FROM redpacket.rp_repair_stripes(:r, 'revision rebuilt');
+SELECT redpacket.rp_unfreeze(:r);
+SELECT status, amount FROM redpacket.rp_claim(:r, 'u1', 1.00);
+
 -- The operator role gets rp_repair_stripes from rp_grant_operator, the
 -- application role does not.
 CREATE ROLE regress_rp_repair_ops;

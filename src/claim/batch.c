@@ -845,7 +845,7 @@ rp_claim_batch(PG_FUNCTION_ARGS)
 	PG_CATCH();
 	{
 		(void) RpBusyScope(busy_outer);
-		RpStatsCount(activity, RP_STAT_ERROR);
+		RpStatsCountFailure(activity);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

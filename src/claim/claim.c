@@ -353,13 +353,14 @@ ClaimInsert(const RpActivity *act, const RpClaimRequest *req, int64 units, int s
  * every stripe: the gatherer).  Bad input raises an error before anything
  * is written; every business outcome is a status.  Returns RP_TAKE_OK with
  * the answer in *out, RP_TAKE_STALE (the activity's schedule moved: try
- * again), or, having written nothing, RP_TAKE_WAIT (stripe *wait_stripe is
- * busy) or RP_TAKE_GATHER (the claim needs every stripe and *wait_stripe is
- * busy).  Must be called inside SPI_connect.
+ * again; *revision is the activity's revision it read), or, having
+ * written nothing, RP_TAKE_WAIT (stripe *wait_stripe is busy) or
+ * RP_TAKE_GATHER (the claim needs every stripe and *wait_stripe is busy).
+ * Must be called inside SPI_connect.
  */
 static RpTakeResult
 ClaimAttempt(const RpCall *call, RpClaimRequest *req, bool all_held, RpOutcome *out,
-			 int *wait_stripe)
+			 int *wait_stripe, int64 *revision)
 {
 	int64		activity = call->activity;
 	RpActivity	act;
@@ -377,6 +378,7 @@ ClaimAttempt(const RpCall *call, RpClaimRequest *req, bool all_held, RpOutcome *
 	if (ClaimChecks(activity, req, &act, out))
 		return RP_TAKE_OK;
 	ereport(DEBUG1, (errmsg_internal("redpacket: claim takes the careful path")));
+	*revision = act.revision;
 
 	took = RpTakeCareful(&act, req->units, all_held, call->earlier, &stripe, &units,
 						 wait_stripe);
@@ -400,6 +402,23 @@ ClaimAttempt(const RpCall *call, RpClaimRequest *req, bool all_held, RpOutcome *
 			elog(ERROR, "careful claim path answered %d", (int) took);
 	}
 	return RP_TAKE_OK;
+}
+
+/*
+ * A stripe read under its lock is at another revision than the activity,
+ * read again after it: a schedule change committed meanwhile would show in
+ * that second read, so the stripe row was changed outside the extension,
+ * and reading again would never end.
+ */
+static void
+StripesCorrupt(int64 activity, int64 revision)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("a stripe of activity " INT64_FORMAT " is not at the activity's revision " INT64_FORMAT,
+					activity, revision),
+			 errdetail("The stripe kept another revision after the activity was read again, so no change of the activity explains it: its row was changed outside redpacket."),
+			 errhint("Freeze the activity and rebuild its stripes with redpacket.rp_repair_stripes.")));
 }
 
 /*
@@ -508,6 +527,8 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 	RpTakeResult took;
 	RpCall		call;
 	bool		user_held;
+	int64		revision = -1;
+	int64		stale_at = -1;	/* the revision an attempt found stale */
 
 	RpCheckRequest(req);
 	RpRequireLocalActivity(activity);	/* on Citus: our locks only work here */
@@ -517,7 +538,7 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 	user_held = ClaimBegin(&call, activity, req->user_hash);
 	while (user_held)
 	{
-		took = ClaimAttempt(&call, req, gather.id != 0, out, &wait_stripe);
+		took = ClaimAttempt(&call, req, gather.id != 0, out, &wait_stripe, &revision);
 
 		/* the attempt took its own lock on any stripe it wrote */
 		if (kept >= 0)
@@ -529,7 +550,14 @@ RpClaimOne(int64 activity, RpClaimRequest *req, RpOutcome *out)
 		if (took == RP_TAKE_OK)
 			break;
 		if (took == RP_TAKE_STALE)
+		{
+			/* two stale attempts in a row at one revision: nothing moved */
+			if (revision == stale_at)
+				StripesCorrupt(activity, revision);
+			stale_at = revision;
 			continue;			/* read the activity again */
+		}
+		stale_at = -1;
 		RpStatsCount(activity, RP_STAT_WAIT);
 		if (took == RP_TAKE_GATHER && RpActivityMeta(activity, &gather))
 			user_held = ClaimGather(&call, &gather, req->user_hash);
@@ -600,7 +628,7 @@ rp_claim(PG_FUNCTION_ARGS)
 	PG_CATCH();
 	{
 		(void) RpBusyScope(busy_outer);
-		RpStatsCount(PG_GETARG_INT64(0), RP_STAT_ERROR);
+		RpStatsCountFailure(PG_GETARG_INT64(0));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -29,6 +29,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
@@ -39,6 +40,8 @@
 
 #include "base/base.h"
 #include "ops.h"
+
+PG_FUNCTION_INFO_V1(rp_launcher_running);
 
 /* Seconds between two lines about databases that waited for a reconciler. */
 #define RP_LATE_LOG_SECS 60
@@ -52,6 +55,7 @@ typedef struct RpSlot
 
 typedef struct RpLauncherShared
 {
+	pid_t		launcher_pid;	/* 0 while no launcher runs */
 	int			nslots;
 	RpSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } RpLauncherShared;
@@ -113,6 +117,26 @@ LauncherShmemStartup(void)
 		rp_launcher->nslots = rp_max_workers;
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+LauncherGone(int code, Datum arg)
+{
+	rp_launcher->launcher_pid = 0;
+}
+
+/*
+ * rp_launcher_running(): whether the launcher runs on this server, from
+ * shared memory, so that every role that may call it gets the same answer
+ * (pg_stat_activity hides other roles' backends from a role without
+ * pg_read_all_stats).  False when the library was not preloaded.
+ */
+Datum
+rp_launcher_running(PG_FUNCTION_ARGS)
+{
+	pid_t		pid = rp_launcher != NULL ? rp_launcher->launcher_pid : 0;
+
+	PG_RETURN_BOOL(pid != 0 && BackendPidGetProc(pid) != NULL);
 }
 
 /*
@@ -421,6 +445,8 @@ RpLauncherMain(Datum main_arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("redpacket launcher");
 	MemoryContextSwitchTo(TopMemoryContext);
+	rp_launcher->launcher_pid = MyProcPid;
+	on_shmem_exit(LauncherGone, (Datum) 0);
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(Oid);

@@ -66,15 +66,17 @@ typedef enum RpStatEvent
 {
 	RP_STAT_WAIT = RP_NSTATUS,	/* waited for a busy stripe */
 	RP_STAT_GATHER,				/* locked every stripe to pay one claim */
-	RP_STAT_ERROR,				/* a claim call that raised an error */
+	RP_STAT_ERROR,				/* a claim call that raised an error, but ... */
+	RP_STAT_RETRYABLE,			/* ... one its caller retries (RpStatsCountFailure) */
 	RP_NSTATS
 } RpStatEvent;
 
-/* The name of a counter: a status label, or stripe_waits, gathers, errors. */
+/* The name of a counter: a status label, or stripe_waits, gathers, errors, retryable. */
 extern const char *RpStatName(int event);
 
 extern void RpStatsInit(void);
 extern void RpStatsCount(int64 activity, int event);
+extern void RpStatsCountFailure(int64 activity);
 extern void RpStatsFold(const int64 *activities, int n);
 
 #endif							/* RP_OPS_H */

@@ -112,7 +112,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 /* The names of the counters: the claim_status labels, then the events. */
 static const char *const stat_names[RP_NSTATS] = {
 	"duplicate", "frozen", "not_started", "ended", "user_limit", "exhausted", "claimed",
-	"not_eligible", "busy", "stripe_waits", "gathers", "errors"
+	"not_eligible", "busy", "stripe_waits", "gathers", "errors", "retryable"
 };
 
 const char *
@@ -352,6 +352,24 @@ StatsEnter(const RpStatsKey *key)
 }
 
 /*
+ * Count the error a claim call raised, from its PG_CATCH block (the error
+ * is still on the error stack): retryable when its caller is told to try
+ * again (serialization failure, deadlock, lock timeout, statement timeout
+ * or cancel), so that an alert on errors does not page on contention.
+ */
+void
+RpStatsCountFailure(int64 activity)
+{
+	int			code = geterrcode();
+	bool		retryable = code == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		code == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		code == ERRCODE_LOCK_NOT_AVAILABLE ||
+		code == ERRCODE_QUERY_CANCELED;
+
+	RpStatsCount(activity, retryable ? RP_STAT_RETRYABLE : RP_STAT_ERROR);
+}
+
+/*
  * Count one event of an activity.  The hot path: a shared lock, a hash
  * probe, an atomic add (and a store when the entry had no recent event).
  */
@@ -378,14 +396,14 @@ RpStatsCount(int64 activity, int event)
 	 * invisible entry); a backend that never looked it up counts the error
 	 * as untracked.
 	 */
-	if (event == RP_STAT_ERROR && !OidIsValid(activity_relid))
+	if (event >= RP_STAT_ERROR && !OidIsValid(activity_relid))
 	{
 		pg_atomic_fetch_add_u64(&rp_stats->untracked[event], 1);
 		return;
 	}
 	memset(&key, 0, sizeof(key));
 	key.dbid = MyDatabaseId;
-	key.relid = event == RP_STAT_ERROR ? activity_relid : ActivityRelid();
+	key.relid = event >= RP_STAT_ERROR ? activity_relid : ActivityRelid();
 	key.activity = activity;
 
 	LWLockAcquire(rp_stats->lock, LW_SHARED);

@@ -9,7 +9,10 @@
  *		from one that could not run ("unchecked": an error, a lock timeout)
  *		and from an activity the pass cannot fully see ("incomplete"),
  *		which is told once per change of what is missing (1.4, through
- *		redpacket.reconcile_problem), not once per pass.
+ *		redpacket.reconcile_problem), not once per pass.  Books found wrong
+ *		are told when an incident begins: a check of an activity whose
+ *		latest recorded check failed already (a refused rp_unfreeze, the
+ *		next full check) tells nothing new unless it froze the activity.
  */
 #include "postgres.h"
 

@@ -145,6 +145,11 @@ Int8Array(const int64 *v, int n)
 	"                  WHERE k.activity_id OPERATOR(pg_catalog.=) " A ")" \
 	"                OPERATOR(pg_catalog.>) q.changes, false)"
 #define RP_LOOK_NO_CHANGES ", false"
+/* 1.4: whether its latest recorded check failed (a known incident) */
+#define RP_LOOK_FAILING(A) \
+	",      COALESCE((SELECT NOT r.last_ok FROM redpacket.reconcile_state r" \
+	"                  WHERE r.activity_id OPERATOR(pg_catalog.=) " A "), false)"
+#define RP_LOOK_NO_FAILING ", false"
 #define RP_LOOK_SEQ(seq) \
 	"COALESCE(pg_catalog.pg_sequence_last_value('redpacket." seq "'::pg_catalog.regclass), 0)"
 #define RP_LOOK_FROM_SET \
@@ -172,21 +177,21 @@ enum
 {
 	LOOK_ID = 1, LOOK_EXISTS, LOOK_STRIPES, LOOK_CLOSED, LOOK_FROZEN, LOOK_DUE,
 	LOOK_STRIPE_ROWS, LOOK_HAS_FUND, LOOK_HAS_STATE, LOOK_CLAIMS_AHEAD, LOOK_ENTRIES_AHEAD,
-	LOOK_PASSES_AHEAD, LOOK_CHANGES_AHEAD
+	LOOK_PASSES_AHEAD, LOOK_CHANGES_AHEAD, LOOK_FAILING
 };
 
 /* [form: set, one][catalog: up to 1.3, 1.4] */
 static RpPlan look_plans[2][2] = {
 	{
-		{RP_LOOK_SELECT("x.id") RP_LOOK_NO_CHANGES RP_LOOK_FROM_SET RP_LOOK_SEQS_10,
+		{RP_LOOK_SELECT("x.id") RP_LOOK_NO_CHANGES RP_LOOK_NO_FAILING RP_LOOK_FROM_SET RP_LOOK_SEQS_10,
 		2, {INT8ARRAYOID, TIMESTAMPTZOID}, NULL, true},
-		{RP_LOOK_SELECT("x.id") RP_LOOK_CHANGES("x.id") RP_LOOK_FROM_SET RP_LOOK_SEQS_14,
+		{RP_LOOK_SELECT("x.id") RP_LOOK_CHANGES("x.id") RP_LOOK_FAILING("x.id") RP_LOOK_FROM_SET RP_LOOK_SEQS_14,
 		2, {INT8ARRAYOID, TIMESTAMPTZOID}, NULL, true},
 	},
 	{
-		{RP_LOOK_SELECT("$1") RP_LOOK_NO_CHANGES RP_LOOK_FROM_ONE RP_LOOK_SEQS_10,
+		{RP_LOOK_SELECT("$1") RP_LOOK_NO_CHANGES RP_LOOK_NO_FAILING RP_LOOK_FROM_ONE RP_LOOK_SEQS_10,
 		2, {INT8OID, TIMESTAMPTZOID}},
-		{RP_LOOK_SELECT("$1") RP_LOOK_CHANGES("$1") RP_LOOK_FROM_ONE RP_LOOK_SEQS_14,
+		{RP_LOOK_SELECT("$1") RP_LOOK_CHANGES("$1") RP_LOOK_FAILING("$1") RP_LOOK_FROM_ONE RP_LOOK_SEQS_14,
 		2, {INT8OID, TIMESTAMPTZOID}},
 	}
 };
@@ -244,6 +249,7 @@ RpCheckLook(const int64 *ids, int n, TimestampTz now, bool read_only, RpLook *ou
 		l->closed = LookFlag(i, LOOK_CLOSED);
 		l->frozen = LookFlag(i, LOOK_FROZEN);
 		l->due = LookFlag(i, LOOK_DUE);
+		l->failing = LookFlag(i, LOOK_FAILING);
 
 		initStringInfo(&why);
 		rows = RpGetInt64(i, LOOK_STRIPE_ROWS, 0);

@@ -45,6 +45,7 @@ typedef struct RpLook
 	bool		closed;
 	bool		frozen;
 	bool		due;			/* open, and its ends_at has passed: settle it */
+	bool		failing;		/* its latest recorded check failed (1.4) */
 	bool		no_state;		/* complete but for its reconcile_state row */
 	char	   *incomplete;		/* what the pass cannot see, or NULL */
 } RpLook;

@@ -73,6 +73,9 @@ static bool rp_restoring = false;
  */
 #define RP_PASS_LOCK_BUDGET RP_MAX_STRIPES
 
+/* How long rp_reconcile waits for a running pass when lock_timeout is 0. */
+#define RP_PASS_LOCK_WAIT_MS 60000
+
 static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 static int	kept_in_xact = 0;
 
@@ -580,6 +583,8 @@ UnitReport(RpUnit *u)
 				;				/* a verification only returns its rows */
 			else if (c->failed[RP_PROBLEM_INCOMPLETE])
 				tell.incomplete[tell.nincomplete++] = c;
+			else if (RpCheckMeasured(c) && u->looks[i].failing && !c->froze)
+				;				/* the same incident: it was told when it began */
 			else
 			{
 				RpAlert(c);
@@ -1069,11 +1074,15 @@ KeptInThisXact(void)
 	}
 }
 
+static void WaitForPassLock(int lock_wait_ms);
+
 /*
  * One pass in the caller's transaction (rp_reconcile): over one activity,
- * or all pending ones when activity is NULL.  Returns the number of
- * activities checked, or -1 when another pass holds the reconciliation lock
- * or a restore is running.  The stripe locks it keeps stay within
+ * or all pending ones when activity is NULL.  While another pass holds the
+ * reconciliation lock it waits for it, lock_timeout at most (a minute when
+ * that is 0), then fails with 55P03: a pass that checked nothing never
+ * looks like one that found nothing wrong.  Returns the number of
+ * activities checked, or -1 when a restore is running.  The stripe locks it keeps stay within
  * RP_PASS_LOCK_BUDGET; activities past it are left for the next pass.  Must
  * be called inside SPI_connect.
  */
@@ -1096,8 +1105,7 @@ ReconcileInCallerXact(const int64 *activity, bool full_check, Tuplestorestate *o
 	/* on a Citus cluster, refuse before any lock: see scaleout/scaleout.c */
 	if (activity != NULL)
 		RpRequireLocalActivity(*activity);
-	if (!RpLock(RP_LOCK_RECONCILE, 0, 0, false))
-		return -1;
+	WaitForPassLock(LockTimeout > 0 ? LockTimeout : RP_PASS_LOCK_WAIT_MS);
 
 	pass = RpPassCreate(CurrentMemoryContext);
 	pass->out = out;

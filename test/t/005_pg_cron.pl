@@ -1,12 +1,13 @@
 # rp_reconcile scheduled by pg_cron, with the worker paused so that only
 # cron runs the pass: in cron's own database, and, with the README's
 # statements as written (cron.schedule_in_database), in another database,
-# where a plain cron.schedule would fail; and passes never overlap:
-# while one session holds a pass open, a second caller returns no row at
-# once instead of waiting or checking twice.
+# where a plain cron.schedule would fail; passes never overlap: while one
+# session holds a pass open, a second caller waits for it (lock_timeout at
+# most, then 55P03) and never returns an empty success; and the strict job
+# stays failed at every run from a tamper to its repair, then succeeds.
 #
 # pg_cron runs a job at the next minute boundary, so this test can take
-# about 60-70 s.
+# about four minutes.
 use strict;
 use warnings;
 
@@ -51,16 +52,25 @@ my $held = $holder->query_safe(
 	'BEGIN; SELECT count(*) FROM redpacket.rp_reconcile()');
 is($held, '1', 'first session: its pass checked the activity (transaction left open)');
 
-my $t0 = time;
-is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile()"),
-	'0', 'second caller: rp_reconcile() returns no row while a pass is open');
-is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile($aid)"),
-	'0', 'second caller: rp_reconcile(id) returns no row too');
-is( sql("SET statement_timeout = '10s'; SELECT count(*) FROM redpacket.rp_reconcile($aid, full_check => true)"),
-	'0', 'second caller: a full check returns no row too');
-cmp_ok(time - $t0, '<', 5, 'the second caller returned at once (did not wait)');
+foreach my $call ('rp_reconcile()', "rp_reconcile($aid)", "rp_reconcile($aid, full_check => true)")
+{
+	my $t0 = time;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SET lock_timeout = '1s'; SET statement_timeout = '20s'; SELECT count(*) FROM redpacket.$call");
+	like($err, qr/ERROR:  another redpacket reconciliation pass kept running for 1000 ms/,
+		"second caller: $call fails with 55P03 after lock_timeout, no empty success");
+	cmp_ok(time - $t0, '>=', 0.9, "$call waited for the running pass");
+}
 is(sql("SELECT count(*) FROM redpacket.reconciliation"),
 	'0', 'the open pass is not visible yet, and the second callers wrote nothing');
+
+# A caller that waits gets its pass once the running one ends.
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/go/, qq{\\echo go
+SELECT count(*) AS waited FROM redpacket.rp_reconcile($aid, full_check => true);
+});
+ok(RedpacketTest::waits_for_lock($node, '%rp_reconcile(%full_check%'),
+	'a third caller (default lock_timeout 0: a minute at most) waits for the pass');
 
 # A claim is not blocked by the open pass (it released the stripes).
 is(sql("SET statement_timeout = '10s'; SELECT status FROM redpacket.rp_claim($aid, 'during', 1.00)"),
@@ -68,13 +78,16 @@ is(sql("SET statement_timeout = '10s'; SELECT status FROM redpacket.rp_claim($ai
 
 $holder->query_safe('COMMIT');
 $holder->quit;
+$waiter->query_safe('SELECT 1');    # returns once the waiting pass ended
+$waiter->quit;
 is(sql('SELECT count(*) FROM redpacket.reconciliation'),
-	'1', 'the first pass recorded one row once committed');
-is(sql("SELECT ok, new_claims FROM redpacket.rp_reconcile($aid)"),
-	't|1', 'after it ended a new pass runs, and counts the claim made meanwhile');
+	'2', 'the first pass and the waiting full check recorded a row each');
+is(sql("SELECT ok FROM redpacket.rp_reconcile($aid)"),
+	't', 'after they ended a new pass runs');
 
 # --- pg_cron runs the pass --------------------------------------------------------
 
+my $log_offset = -s $node->logfile;    # the errors above were expected
 my $before = sql('SELECT max(pass_id) FROM redpacket.reconciliation');
 sql('CREATE EXTENSION pg_cron');
 my $job = sql(
@@ -126,7 +139,7 @@ is( $node->safe_psql('shop', "SELECT count(*) > 0, bool_and(ok), max(expected_cl
 	't|t|2', 'and its pass checked that database\'s activity');
 sql(q{SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE '%-shop'});
 
-ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, 0), 'no error in the server log');
+ok(!$node->log_contains(qr/(?:ERROR|FATAL|PANIC):/, $log_offset), 'no error in the server log');
 sql("SELECT cron.unschedule($job)");
 
 # --- The strict form: pg_cron sees a failed check ---------------------------------
@@ -150,5 +163,37 @@ is( sql(qq{SELECT ok, problems FROM redpacket.reconciliation
 	'f|{money}', 'the failed check was committed before the error');
 is(sql("SELECT state FROM redpacket.activity_status WHERE id = $aid"),
 	'frozen', 'and the freeze too');
+
+# The next runs check nothing new (the frozen activity did not change): the
+# job must stay failed, naming the activity, until the books are repaired.
+my $first_failed = sql("SELECT max(runid) FROM cron.job_run_details WHERE jobid = $strict");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $strict AND runid > $first_failed AND status IN ('succeeded', 'failed')"),
+	'the strict job ran again');
+like(
+	sql("SELECT status || ': ' || return_message FROM cron.job_run_details WHERE jobid = $strict AND runid > $first_failed ORDER BY runid LIMIT 1"),
+	qr/^failed: .*redpacket books of 1 activities are still wrong/,
+	'the next run fails too: the frozen books are still wrong');
+
+# A refused unfreeze is the same incident: no second mismatch line to alert on.
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT redpacket.rp_unfreeze($aid)");
+like($err, qr/ERROR:  activity $aid cannot be \w+: its books do not balance/,
+	'rp_unfreeze is refused while the books are wrong');
+my $log = slurp_file($node->logfile);
+# (lines of the server's own prefix: pg_cron also copies a job's messages)
+my $told = () = $log =~ /^\S+ \S+ UTC \[\d+\] .*WARNING:  redpacket reconciliation of activity $aid failed/mg;
+is($told, 1, 'the mismatch was told once, by the run that found it');
+
+my $repaired_at = sql(qq{SELECT now() FROM redpacket.rp_repair_stripes($aid, 'cron test')});
+sql("SELECT redpacket.rp_unfreeze($aid)");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $strict AND start_time > '$repaired_at' AND status = 'succeeded'"),
+	'after repair and unfreeze the strict job succeeds');
+is( sql(qq{SELECT count(*) FROM cron.job_run_details
+            WHERE jobid = $strict AND start_time < '$repaired_at' AND status <> 'failed'}),
+	'0', 'every run between the tamper and the repair failed');
+sql("SELECT cron.unschedule($strict)");
 $node->stop('fast');
 done_testing();

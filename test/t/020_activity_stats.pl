@@ -2,7 +2,8 @@
 # counts: N users race for P packets under pgbench (claimed = P, exhausted =
 # N - P), a second round of the same users adds P duplicates and N - P more
 # exhausted; frozen, not_started, ended and user_limit answers each land in
-# their column.  redpacket.track_stats = off counts nothing;
+# their column; errors and retryable failures (timeouts) land apart.
+# redpacket.track_stats = off counts nothing;
 # rp_stats_reset() forgets one activity or all; a full table
 # (redpacket.stats_max_activities) never fills: the least recently active
 # activities, and settled ones on their own, are folded into the row of
@@ -82,6 +83,36 @@ is(stats($frozen),  '0|0|0|2|0|0|0', 'frozen answers counted');
 is(stats($later),   '0|0|0|0|0|2|0', 'not_started answers counted');
 is(stats($closed),  '0|0|0|0|2|0|0', 'ended answers counted');
 is(stats($rain),    '2|0|0|0|0|0|1', 'claimed and user_limit answers counted');
+
+# --- errors and retryable failures are counted apart ------------------------
+# A claim that times out behind an open transaction (57014, 55P03) is one its
+# caller retries, not a fault to page on; bad input is an error.
+
+my $contended = sql("SELECT redpacket.rp_create_activity(10.00, 10, stripes => 1)");
+# A backend counts an error under its activity once it has counted an
+# answer (before that, as untracked): each failing call below comes after one.
+my $warm = sql("SELECT redpacket.rp_create_activity(10.00)");
+sub fails
+{
+	my ($setting, $call) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SELECT redpacket.rp_claim($warm, 'w', 1.00); $setting; SELECT $call");
+	return $err;
+}
+my $holder = $node->background_psql('postgres');
+$holder->query_safe("BEGIN; SELECT redpacket.rp_claim($contended, 'held', 1.00)");
+like(fails("SET statement_timeout = '300ms'", "redpacket.rp_claim($contended, 'held', 1.00)"),
+	qr/canceling statement due to statement timeout/, 'a claim behind the open one times out');
+like(fails("SET lock_timeout = '300ms'", "redpacket.rp_claim($contended, 'held', 1.00)"),
+	qr/lock timeout/, 'another gives up on its lock_timeout');
+$holder->query_safe('COMMIT');
+$holder->quit;
+like(fails('SELECT 1', "redpacket.rp_claim($contended, 'u', 0.001)"),
+	qr/more than 2 fractional digits/, 'a claim with a bad amount raises an error');
+like(fails('SELECT 1', "redpacket.rp_claim_batch($contended, ARRAY['b1', ''], ARRAY[1.00, 1.00])"),
+	qr/ERROR/, 'a batch with an empty user id raises an error');
+is(sql("SELECT claimed, errors, retryable FROM redpacket.activity_stats WHERE activity_id = $contended"),
+	'1|2|2', 'two errors, and the two timeouts counted as retryable');
 
 # --- counting off --------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 # postgres_exporter file examples/monitoring/redpacket_queries.yaml runs against
 # a real preloaded database with activities and counters, as an operator role
 # (rp_grant_operator), returns every column its metrics name, and numbers
-# where a COUNTER or GAUGE is expected; and every statement of the README's
-# "Monitoring" section runs too.  A query on a view this branch does not
+# where a COUNTER or GAUGE is expected; every statement of the README's
+# "Monitoring" section runs too; and that role sees the reconciler's status
+# as the superuser does.  A query on a view this branch does not
 # have yet (reconciler_status before it is merged) is skipped, saying so.
 use strict;
 use warnings;
@@ -101,6 +102,14 @@ for my $st (@statements)
 		unlike($out, qr/\bidle\b/, "README statement does not report the healthy idle activity");
 	}
 }
+
+# The operator role sees the status the superuser sees, the launcher
+# included (pg_stat_activity hides its backend type from that role).
+my $status = 'SELECT launcher_running, overdue, failing, incomplete FROM redpacket.reconciler_status';
+is($node->safe_psql('postgres', $status), 't|f|0|0', 'the superuser sees the launcher running');
+is( $node->safe_psql('postgres', $status, extra_params => [ '-U', 'monitor' ]),
+	$node->safe_psql('postgres', $status),
+	'the operator role sees the same reconciler status');
 
 $node->stop('fast');
 done_testing();
