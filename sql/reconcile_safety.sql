@@ -171,6 +171,30 @@ SELECT ok, full_check, expected_claims FROM redpacket.rp_reconcile(:ns, true);
 RESET client_min_messages;
 SELECT count(*) AS state_rows FROM redpacket.reconcile_state WHERE activity_id = :ns;
 
+-- Incomplete: the activity row itself gone ---------------------------------------
+-- Deleted with the guard off (replica role), its funding entry, stripes and
+-- claims stay: a full check of everything reports it instead of leaving its
+-- money out, and once the row is back the books balance again.
+SELECT redpacket.rp_create_activity(6.00, stripes => 2, name => 'row gone') AS rg \gset
+SELECT status FROM redpacket.rp_claim(:rg, 'u1', 1.00);
+CREATE TEMP TABLE gone AS SELECT * FROM redpacket.activity WHERE id = :rg;
+SET session_replication_role = replica;
+DELETE FROM redpacket.activity WHERE id = :rg;
+RESET session_replication_role;
+SET client_min_messages = error;
+SELECT ok, problems, error, pass_id IS NULL AS not_recorded
+  FROM redpacket.rp_reconcile(NULL, true) WHERE activity_id = :rg;
+SELECT ok, problems, error FROM redpacket.rp_verify(NULL, true) WHERE activity_id = :rg;
+RESET client_min_messages;
+SELECT problem, detail FROM redpacket.reconcile_problem WHERE activity_id = :rg;
+SET session_replication_role = replica;
+INSERT INTO redpacket.activity SELECT * FROM gone;
+RESET session_replication_role;
+SET client_min_messages = error;
+SELECT ok FROM redpacket.rp_reconcile(:rg, true);
+RESET client_min_messages;
+SELECT count(*) AS problems_left FROM redpacket.reconcile_problem WHERE activity_id = :rg;
+
 -- Incomplete: a sequence behind the ids in its table -------------------------------
 -- pg_restore sets sequences only after all data: until then a claim id or
 -- pass id drawn now could collide with a row being restored.

@@ -244,7 +244,15 @@ RpCheckLook(const int64 *ids, int n, TimestampTz now, bool read_only, RpLook *ou
 		Assert(l->activity == ids[i]);
 		l->exists = LookFlag(i, LOOK_EXISTS);
 		if (!l->exists)
+		{
+			/* its row is gone, not its money: nothing a check could balance */
+			if (RpGetInt64(i, LOOK_STRIPE_ROWS, 0) == 0 && !LookFlag(i, LOOK_HAS_FUND) &&
+				!LookFlag(i, LOOK_HAS_STATE))
+				continue;
+			l->exists = true;
+			l->incomplete = "It has no activity row, but its funding entry, stripes or reconciliation state are still there.";
 			continue;
+		}
 		l->stripes = DatumGetInt32(RpGetDatum(i, LOOK_STRIPES, &isnull));
 		l->closed = LookFlag(i, LOOK_CLOSED);
 		l->frozen = LookFlag(i, LOOK_FROZEN);

@@ -239,8 +239,25 @@ static RpPlan pending_14s = {
 };
 
 /* 1.4, a full check of everything: every activity */
+/*
+ * Every activity a full check of everything sees: those of the activity
+ * table and any other that still has money or rows (its funding entry,
+ * stripes or state), so that an activity row deleted behind the
+ * extension's back is reported (incomplete) instead of leaving its money
+ * out of every check.
+ */
+#define RP_ALL_ACTIVITIES \
+	"SELECT DISTINCT x.id FROM (" \
+	"  SELECT y.id FROM redpacket.activity y" \
+	"  UNION ALL SELECT l.activity_id FROM redpacket.ledger l" \
+	"             WHERE l.kind OPERATOR(pg_catalog.=) 'fund'" \
+	"  UNION ALL SELECT r.activity_id FROM redpacket.reconcile_state r" \
+	"  UNION ALL SELECT s.activity_id FROM redpacket.stripe s) x"
+
 static RpPlan pending_all = {
-	"SELECT a.id, a.stripes, true FROM redpacket.activity a ORDER BY a.id", 0, {InvalidOid}
+	"SELECT x.id, COALESCE(a.stripes, 0), true FROM (" RP_ALL_ACTIVITIES ") x"
+	"  LEFT JOIN redpacket.activity a ON a.id OPERATOR(pg_catalog.=) x.id"
+	" ORDER BY x.id", 0, {InvalidOid}
 };
 
 static RpPlan freeze = {
@@ -1344,8 +1361,9 @@ rp_reconcile_step(PG_FUNCTION_ARGS)
 
 /* Activities by id from $1 on, at most $2: the chunks a verification of all reads. */
 static RpPlan verify_chunk = {
-	"SELECT a.id, a.stripes, $3 FROM redpacket.activity a"
-	" WHERE a.id OPERATOR(pg_catalog.>) $1 ORDER BY a.id LIMIT $2",
+	"SELECT x.id, COALESCE(a.stripes, 0), $3 FROM (" RP_ALL_ACTIVITIES ") x"
+	"  LEFT JOIN redpacket.activity a ON a.id OPERATOR(pg_catalog.=) x.id"
+	" WHERE x.id OPERATOR(pg_catalog.>) $1 ORDER BY x.id LIMIT $2",
 	3, {INT8OID, INT8OID, BOOLOID}
 };
 
