@@ -17,8 +17,8 @@ import java.util.Set;
 import java.util.concurrent.ThreadLocalRandom;
 
 public class ClaimClient {
-    // serialization failure, deadlock, lock timeout: retry the transaction
-    static final Set<String> RETRYABLE = Set.of("40001", "40P01", "55P03");
+    // serialization failure, deadlock, lock timeout, statement timeout: retry the transaction
+    static final Set<String> RETRYABLE = Set.of("40001", "40P01", "55P03", "57014");
 
     static String claim(Connection c, long activity, String user, BigDecimal amount) throws Exception {
         c.setAutoCommit(false);

@@ -20,9 +20,9 @@ import psycopg2
 import psycopg2.extensions
 
 # Worth retrying the whole transaction: serialization failure, deadlock,
-# lock timeout.  Business outcomes (exhausted, ended, ...) are statuses, not
-# errors, and are never retried.
-RETRYABLE = {"40001", "40P01", "55P03"}
+# lock timeout, statement timeout.  Business outcomes (exhausted, ended, ...)
+# are statuses, not errors, and are never retried.
+RETRYABLE = {"40001", "40P01", "55P03", "57014"}
 MAX_ATTEMPTS = 10
 
 

@@ -43,8 +43,9 @@ import time
 
 import psycopg2
 
-# Worth retrying: serialization failure, deadlock, lock timeout.
-RETRYABLE = {"40001", "40P01", "55P03"}
+# Worth retrying: serialization failure, deadlock, lock timeout, statement
+# timeout.
+RETRYABLE = {"40001", "40P01", "55P03", "57014"}
 REVERSED = "55000"  # object_not_in_prerequisite_state: a claim was reversed
 MAX_ATTEMPTS = 10
 
