@@ -86,10 +86,12 @@ SELECT * FROM pg_temp.books(:c);
 -- it (the same money and packets, moved between the stripes as superuser)
 SELECT redpacket.rp_create_activity(1.00, packets => 4, starts_at => '2020-01-01', stripes => 2,
                                     name => 'uneven') AS ue \gset
+SET session_replication_role = replica;
 UPDATE redpacket.stripe
    SET balance = CASE stripe WHEN 0 THEN 98 ELSE 2 END, packets = CASE stripe WHEN 0 THEN 1 ELSE 3 END,
        dealt = NULL, dealt_units = 0, dealt_count = 0
  WHERE activity_id = :ue;
+RESET session_replication_role;
 SELECT pg_temp.stripes(:ue) AS stripes;
 SELECT pg_temp.err(format('SELECT redpacket.rp_withdraw(%s, 0.97)', :ue)) AS below_a_unit_a_packet;
 SELECT redpacket.rp_withdraw(:ue, 0.96) AS remaining;

@@ -64,8 +64,10 @@ SELECT status FROM redpacket.rp_claim(:e, 'alice', 1.00);
 
 -- a mismatch fails the pass and freezes the activity -------------------------
 -- (the WARNING it logs names the activity id, so it is not shown here)
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance + 5
 WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+RESET session_replication_role;
 SET client_min_messages = error;
 SELECT expected, actual, drift, ok FROM redpacket.rp_reconcile(:a);
 RESET client_min_messages;
@@ -74,22 +76,28 @@ SELECT state, last_reconcile_ok FROM redpacket.activity_status WHERE id = :a;
 SELECT status FROM redpacket.rp_claim(:a, 'george', 0.01);
 SELECT status FROM redpacket.rp_claim(:a, 'alice', 1.00);
 -- put it right, lift the freeze, and the next pass is clean again
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 5
 WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+RESET session_replication_role;
 SELECT redpacket.rp_unfreeze(:a);
 SELECT drift, ok FROM redpacket.rp_reconcile(:a);
 SELECT state, last_reconcile_ok FROM redpacket.activity_status WHERE id = :a;
 SELECT status FROM redpacket.rp_claim(:a, 'george', 0.01);
 
 -- a packet count that does not add up fails too
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET packets = packets + 1
 WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+RESET session_replication_role;
 SET client_min_messages = error;
 SELECT expected_packets, actual_packets, drift, ok FROM redpacket.rp_reconcile(:a);
 RESET client_min_messages;
 SELECT frozen_reason IS NOT NULL AS frozen FROM redpacket.activity WHERE id = :a;
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET packets = packets - 1
 WHERE activity_id = :a AND stripe = (SELECT min(stripe) FROM redpacket.stripe WHERE activity_id = :a);
+RESET session_replication_role;
 SELECT redpacket.rp_unfreeze(:a);
 SELECT ok FROM redpacket.rp_reconcile(:a, full_check => true);
 SELECT * FROM pg_temp.books(:a);

@@ -18,8 +18,10 @@ SELECT ok FROM redpacket.rp_reconcile(:a);
 BEGIN;
 INSERT INTO redpacket.ledger (activity_id, kind, amount, packets, reason)
 VALUES (:a, 'top_up', 5.00, 5, 'more');
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance + 250, packets = packets + CASE stripe WHEN 0 THEN 3 ELSE 2 END
 WHERE activity_id = :a;
+RESET session_replication_role;
 COMMIT;
 -- the pass over all sees the new entry, and the books balance with it
 SELECT new_claims, expected, actual, expected_packets, actual_packets, ok
@@ -27,7 +29,9 @@ FROM redpacket.rp_reconcile() WHERE activity_id = :a;
 -- a withdrawal of 2.00, as rp_withdraw does
 BEGIN;
 INSERT INTO redpacket.ledger (activity_id, kind, amount, reason) VALUES (:a, 'withdraw', 2.00, 'less');
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 200 WHERE activity_id = :a AND stripe = 0;
+RESET session_replication_role;
 COMMIT;
 SELECT expected, actual, expected_packets, ok FROM redpacket.rp_reconcile() WHERE activity_id = :a;
 SELECT expected, actual, expected_packets, ok FROM redpacket.rp_reconcile(:a, true);
@@ -61,7 +65,9 @@ SELECT ok FROM redpacket.rp_reconcile(:f, true);
 SELECT redpacket.rp_create_activity(10.00, stripes => 2, name => 'changed withdrawal') AS w \gset
 BEGIN;
 INSERT INTO redpacket.ledger (activity_id, kind, amount, reason) VALUES (:w, 'withdraw', 1.00, 'less');
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 100 WHERE activity_id = :w AND stripe = 0;
+RESET session_replication_role;
 COMMIT;
 SELECT ok FROM redpacket.rp_reconcile(:w);
 SET session_replication_role = replica;
@@ -129,23 +135,33 @@ RESET session_replication_role;
 -- are dealt_units and dealt_count, within the stripe's balance and packets.
 -- A full check proves it.
 SELECT redpacket.rp_create_activity(10.00, 10, stripes => 2, name => 'dealt') AS d \gset
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET dealt = '{120, 80}', dealt_units = 200, dealt_count = 2
 WHERE activity_id = :d AND stripe = 0;
+RESET session_replication_role;
 SELECT ok, problems FROM redpacket.rp_reconcile(:d, true);
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET dealt_units = 150 WHERE activity_id = :d AND stripe = 0;
+RESET session_replication_role;
 SET client_min_messages = error;
 SELECT ok, problems FROM redpacket.rp_reconcile(:d, true);
 RESET client_min_messages;
 -- put right (an unfreeze needs books that balance)
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET dealt_units = 200 WHERE activity_id = :d AND stripe = 0;
+RESET session_replication_role;
 SELECT redpacket.rp_unfreeze(:d);
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET dealt = '{120, 80, 600}', dealt_units = 800, dealt_count = 3
 WHERE activity_id = :d AND stripe = 0;
+RESET session_replication_role;
 SET client_min_messages = error;
 SELECT ok, problems FROM redpacket.rp_reconcile(:d, true);
 RESET client_min_messages;
+SET session_replication_role = replica;
 UPDATE redpacket.stripe SET dealt = '{120, 80}', dealt_units = 200, dealt_count = 2
 WHERE activity_id = :d AND stripe = 0;
+RESET session_replication_role;
 SELECT redpacket.rp_unfreeze(:d);
 -- settlement empties what was dealt with the rest
 SELECT redpacket.rp_close_activity(:d) AS returned;

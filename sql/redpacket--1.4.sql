@@ -1560,7 +1560,7 @@ COMMENT ON COLUMN redpacket.reconcile_state.settled IS
 COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS
     'When every claim of the activity was last re-summed: a full check, or a check that started from no watermark (the first); NULL when never.';
 COMMENT ON COLUMN redpacket.reconciliation.problems IS
-    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), incomplete, error; empty when ok; NULL on rows written by 1.0.';
+    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), copies (a stripe''s halted or revision, the activity''s total, a settlement''s amount, the settlement frontier, the reconciliation state or the length of an eligibility list disagrees with what it copies), incomplete, error; empty when ok; NULL on rows written by 1.0.';
 COMMENT ON TABLE redpacket.reconciliation IS
     'One row per activity per reconciliation pass: expected = funded + top-ups - withdrawals - returned - refunds - sum of live claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
 -- Passes over all so far: each pass compares the stripe sums of one slice
@@ -1568,6 +1568,11 @@ COMMENT ON TABLE redpacket.reconciliation IS
 ALTER TABLE redpacket.reconciler ADD COLUMN passes bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.reconciler.passes IS
     'Passes over all activities completed in this database (a counter).';
+-- Each pass also probes the next activity ids, in turn, for an activity
+-- that lost its reconcile_state row.
+ALTER TABLE redpacket.reconciler ADD COLUMN probed_through bigint NOT NULL DEFAULT 0;
+COMMENT ON COLUMN redpacket.reconciler.probed_through IS
+    'The last activity id the latest pass over all probed for a lost reconcile_state row; the next pass probes the ids after it (0: from the start).';
 -- The counters gain the 1.4 answers (not_eligible, busy), the folded row of
 -- the database (the activities whose counters left shared memory once
 -- settled, or to make room) and when each row started counting.  The OUT
@@ -2185,6 +2190,10 @@ BEGIN
              ORDER BY n LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
                                WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
+        -- On a shard the guard of the rows only the extension changes cannot
+        -- tell the coordinator's statements from a stranger's: a distributed
+        -- table does not keep it (the checks still report what they cover).
+        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS guard ON %s', t.rel::pg_catalog.regclass);
         PERFORM pg_catalog.create_distributed_table(t.rel::pg_catalog.regclass, t.col,
             colocate_with => CASE WHEN t.n OPERATOR(pg_catalog.=) 1 THEN 'none' ELSE 'redpacket.activity' END);
         -- The rows now live in the shards; drop the invisible local copy
@@ -2257,34 +2266,36 @@ COMMENT ON EVENT TRIGGER redpacket_publication_alter IS
 COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
     'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it; before ALTER PUBLICATION redpacket_events ADD TABLE of claim or ledger, takes out the copy it put in.';
 
--- [guard] Rows the checks start from ---------------------------------------------
--- The extension never deletes an activity, its stripes or its reconciliation
--- state: a check lists activities from them, so a row deleted by hand would
--- take its money out of every check.  Refused like a change of the
--- append-only tables (with session_replication_role = replica no trigger
--- fires: the checks report what is missing then).
-CREATE FUNCTION redpacket.refuse_delete() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- [guard] Rows only the extension changes -------------------------------------
+-- Activities, stripes, reconciliation state, settlement progress, the
+-- eligibility lists, open problems and the reconciler's row change only
+-- through the redpacket functions: an UPDATE or DELETE that is not one of the
+-- extension's own statements (or of its scripts), and any TRUNCATE, is
+-- refused (42501).  An INSERT into a table pg_dump writes out is let through
+-- for pg_restore, and the checks report a row that does not belong; the
+-- tables that are not dumped (derived or per-database state) refuse it too.
+-- With session_replication_role = replica no trigger fires: the checks
+-- report what changed then.
+CREATE FUNCTION redpacket.rp_guard() RETURNS trigger
+AS 'MODULE_PATHNAME', 'rp_guard'
+LANGUAGE C;
+COMMENT ON FUNCTION redpacket.rp_guard() IS
+    'Trigger function that refuses a change of a table whose rows only the extension changes (UPDATE, DELETE, TRUNCATE, and INSERT where the trigger fires on it), unless the statement is one of the extension''s own or of its scripts; TRUNCATE always.';
+REVOKE ALL ON FUNCTION redpacket.rp_guard() FROM PUBLIC;
+DO $guard$
+DECLARE
+    t text;
 BEGIN
-    RAISE EXCEPTION USING
-        ERRCODE = 'insufficient_privilege',
-        MESSAGE = pg_catalog.format('%s on %I.%I is not allowed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
-        DETAIL = 'Activities, their stripes and their reconciliation state are kept for the life of the extension: the checks start from them.',
-        HINT = 'Close or freeze an activity instead; redpacket.rp_repair_stripes rebuilds wrong stripes.';
-END;
-$$;
-COMMENT ON FUNCTION redpacket.refuse_delete() IS
-    'Trigger function that refuses DELETE and TRUNCATE on activity, stripe and reconcile_state.';
-REVOKE ALL ON FUNCTION redpacket.refuse_delete() FROM PUBLIC;
-CREATE TRIGGER kept BEFORE DELETE ON redpacket.activity
-    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
-CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.activity
-    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();
-CREATE TRIGGER kept BEFORE DELETE ON redpacket.stripe
-    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
-CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.stripe
-    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();
-CREATE TRIGGER kept BEFORE DELETE ON redpacket.reconcile_state
-    FOR EACH ROW EXECUTE FUNCTION redpacket.refuse_delete();
-CREATE TRIGGER kept_truncate BEFORE TRUNCATE ON redpacket.reconcile_state
-    FOR EACH STATEMENT EXECUTE FUNCTION redpacket.refuse_delete();
+    FOREACH t IN ARRAY ARRAY['activity', 'stripe', 'reconcile_state', 'eligible'] LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER guard BEFORE UPDATE OR DELETE OR TRUNCATE ON redpacket.%I'
+            ' FOR EACH STATEMENT EXECUTE FUNCTION redpacket.rp_guard()', t);
+    END LOOP;
+    FOREACH t IN ARRAY ARRAY['reconciler', 'role_grant', 'settlement_state', 'settlement_gap',
+                             'reconcile_problem'] LOOP
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON redpacket.%I'
+            ' FOR EACH STATEMENT EXECUTE FUNCTION redpacket.rp_guard()', t);
+    END LOOP;
+END
+$guard$;

@@ -223,6 +223,24 @@ FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
 WHERE c.relnamespace = 'redpacket'::regnamespace AND NOT t.tgisinternal
 ORDER BY c.relname, t.tgname;
 
+-- The rows only the extension changes: an UPDATE or DELETE by hand (even of
+-- no row, even one that changes nothing) and any TRUNCATE are refused, on
+-- every table that has the guard; the extension's own changes go through.
+SELECT c.relname AS t, op,
+       split_part(pg_temp.try(format(q, c.relname, a.attname)), ' (', 1) AS outcome
+FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = 1,
+     (VALUES ('UPDATE', 'UPDATE redpacket.%I SET %2$I = %2$I'),
+             ('UPDATE none', 'UPDATE redpacket.%I SET %2$I = %2$I WHERE false'),
+             ('DELETE', 'DELETE FROM redpacket.%I'),
+             ('TRUNCATE', 'TRUNCATE redpacket.%I')) v(op, q)
+WHERE c.relnamespace = 'redpacket'::regnamespace AND g.tgname = 'guard'
+ORDER BY 1, 2;
+SELECT b.claims = (SELECT count(*) FROM redpacket.claim) AS claims_unchanged,
+       (SELECT count(*) FROM redpacket.activity) > 0 AS activities_kept
+FROM before_counts b;
+UPDATE redpacket.stripe SET balance = balance;
+
 -- Hostile search_path ---------------------------------------------------------------
 -- A role with claim rights builds a schema that shadows now(), count(*),
 -- sum(), the comparison and arithmetic operators and our table names, plus

@@ -189,7 +189,9 @@ SELECT redpacket.rp_create_activity(10.00, stripes => 2, name => 'expiring',
                                     starts_at => now() - interval '1 hour',
                                     ends_at => now() + interval '1 day') AS e \gset
 SELECT pg_temp.claim(:e, 'u1', 3.00);
+SET session_replication_role = replica;
 UPDATE redpacket.activity SET ends_at = now() - interval '1 minute' WHERE id = :e;
+RESET session_replication_role;
 SELECT redpacket.rp_reverse(:e, (pg_temp.ids(:e, 1))[1], 'expired unpaid') AS back_to_budget;
 SELECT redpacket.rp_close_activity(:e) AS returned_with_the_rest;
 SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :e ORDER BY entry_id;

@@ -166,13 +166,38 @@ RpPreparedOn(RpPlan *p, bool distributed)
 	return p->plan;
 }
 
+/* How deep this backend is in statements of the extension's own (RpExecOn). */
+static int	own_statements = 0;
+
+/*
+ * Whether the statement running now is one of the extension's own: the
+ * guard of the tables whose rows only the extension changes lets these
+ * through and refuses any other (rowguard.c).
+ */
+bool
+RpOwnStatement(void)
+{
+	return own_statements > 0;
+}
+
 /* Execute a kept plan; any SPI failure is an internal error. */
 int
 RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls, bool read_only,
 		 long count)
 {
-	int			rc = SPI_execute_plan(RpPreparedOn(p, distributed), values, nulls,
-									  read_only, count);
+	SPIPlanPtr	plan = RpPreparedOn(p, distributed);
+	int			rc;
+
+	own_statements++;
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, values, nulls, read_only, count);
+	}
+	PG_FINALLY();
+	{
+		own_statements--;
+	}
+	PG_END_TRY();
 
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",

@@ -74,6 +74,7 @@ extern SPIPlanPtr RpPreparedOn(RpPlan *p, bool distributed);
 extern int	RpExec(RpPlan *p, Datum *values, const char *nulls, bool read_only, long count);
 extern int	RpExecOn(RpPlan *p, bool distributed, Datum *values, const char *nulls,
 					 bool read_only, long count);
+extern bool RpOwnStatement(void);
 extern Datum RpGetDatum(int row, int col, bool *isnull);
 extern int64 RpGetInt64(int row, int col, int64 if_null);
 

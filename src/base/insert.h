@@ -84,6 +84,9 @@ extern bool RpPlainTable(Relation rel);
 /* No trigger on INSERT (a foreign key is one). */
 extern bool RpNoInsertTriggers(Relation rel);
 
+/* rowguard.c: no UPDATE trigger but the guard of the rows only the extension changes */
+extern bool RpOnlyGuardOnUpdate(Relation rel);
+
 /* The current user has the privileges need on rel (the SQL's checks). */
 extern bool RpPermitted(Relation rel, AclMode need);
 

@@ -416,20 +416,15 @@ TablesStill(uint64 generation)
 /*
  * Whether the opened tables are written exactly as the SQL statement would
  * write them (insert.h's rules), with no trigger on UPDATE of stripe
- * either.  Checked on every call (the relcache entries are at hand), so a
- * trigger created or dropped is seen at once.
+ * either but the guard, which lets the extension's own changes through.
+ * Checked on every call (the relcache entries are at hand), so a trigger
+ * created or dropped is seen at once.
  */
 static bool
 PlainTables(Relation claim, Relation stripe)
 {
-	TriggerDesc *st = stripe->trigdesc;
-
-	if (st && (st->trig_update_before_row || st->trig_update_after_row ||
-			   st->trig_update_instead_row || st->trig_update_before_statement ||
-			   st->trig_update_after_statement || st->trig_update_old_table ||
-			   st->trig_update_new_table))
-		return false;
-	return RpPlainTable(claim) && RpPlainTable(stripe) && RpNoInsertTriggers(claim);
+	return RpOnlyGuardOnUpdate(stripe) && RpPlainTable(claim) && RpPlainTable(stripe) &&
+		RpNoInsertTriggers(claim);
 }
 
 /*

@@ -18,6 +18,15 @@
  *		dealt	  (full checks, 1.4) each stripe's dealt_units and
  *				  dealt_count are the sum and number of its dealt amounts,
  *				  within its balance and packets
+ *		copies	  (1.4) what the activity's rows copy from each other: every
+ *				  stripe halted exactly when the activity is frozen or
+ *				  closed and at the activity's revision, the activity's
+ *				  total its funding entry; in full checks, every
+ *				  settlement the amount of its claim, and the settlement
+ *				  frontier (settlement_state, settlement_gap) hiding no
+ *				  unsettled claim, the reconcile_state row settled only
+ *				  once closed, no check of it in the future, and the
+ *				  eligibility list as long as its recorded changes made it
  *
  *		where live claims are claims without a 'reversed' settlement (1.4,
  *		when redpacket.claim_settlement exists).  A reversal while the
@@ -64,7 +73,8 @@
 #include "check.h"
 
 static const char *const problem_names[RP_NPROBLEMS] = {
-	"money", "packets", "claims", "negative", "not_empty", "dealt", "incomplete", "error"
+	"money", "packets", "claims", "negative", "not_empty", "dealt", "copies", "incomplete",
+	"error"
 };
 
 const char *
@@ -126,7 +136,9 @@ Int8Array(const int64 *v, int n)
 	"       a.frozen_reason IS NOT NULL," \
 	"       COALESCE(a.closed_at IS NULL AND a.ends_at OPERATOR(pg_catalog.<=) $2, false)," \
 	"       (SELECT pg_catalog.count(*) FROM redpacket.stripe s" \
-	"         WHERE s.activity_id OPERATOR(pg_catalog.=) " A ")," \
+	"         WHERE s.activity_id OPERATOR(pg_catalog.=) " A \
+	"           AND (a.id IS NULL OR s.stripe OPERATOR(pg_catalog.<) a.stripes" \
+	"                AND s.stripe OPERATOR(pg_catalog.>=) 0))," \
 	"       EXISTS (SELECT FROM redpacket.ledger l WHERE l.activity_id OPERATOR(pg_catalog.=) " A \
 	"                  AND l.kind OPERATOR(pg_catalog.=) 'fund')," \
 	"       EXISTS (SELECT FROM redpacket.reconcile_state r" \
@@ -327,12 +339,14 @@ RpCheckRecreateState(int64 activity)
 	CHK_W_COMMON \
 	"                  CASE WHEN i.full THEN 0 ELSE r.last_settlement_id END AS rev_from," \
 	"                  CASE WHEN i.full THEN 0 ELSE r.reversed END AS reversed_to," \
-	"                  CASE WHEN i.full THEN 0 ELSE r.reversed_count END AS rev_count_to" \
+	"                  CASE WHEN i.full THEN 0 ELSE r.reversed_count END AS rev_count_to," \
+	"                  r.settled AS st_settled, r.last_pass_at AS st_pass_at," \
+	"                  r.last_full_check_at AS st_full_at" \
 	"             FROM i CROSS JOIN LATERAL (SELECT x.* FROM redpacket.reconcile_state x" \
 	"                                         WHERE x.activity_id OPERATOR(pg_catalog.=) " A " OFFSET 0) r),"
 
 /* k: per activity, what the check reads past the watermarks */
-#define CHK_K_HEAD(A) \
+#define CHK_K_HEAD(A, ACOLS) \
 	"     k AS (SELECT w.id, w.full, w.claim_from, w.rev_from, a.scale, a.packets AS cap," \
 	"                  a.closed_at IS NOT NULL AS closed, c.n AS new_claims, c.last_id," \
 	"                  w.claimed_to OPERATOR(pg_catalog.+) c.amount AS claimed," \
@@ -341,8 +355,10 @@ RpCheckRecreateState(int64 activity)
 	"                  w.reversed_to OPERATOR(pg_catalog.+) v.amount AS reversed," \
 	"                  w.rev_count_to OPERATOR(pg_catalog.+) v.n AS reversed_count," \
 	"                  s.balance, s.packets, s.claims, s.negative, s.nonempty, s.dealt_bad," \
+	"                  s.copies_bad, l.total_bad, v.settle_bad, z.state_bad," \
 	"                  l.funded, l.returned, l.refunded, l.topup_packets, l.last_entry" \
-	"             FROM w CROSS JOIN LATERAL (SELECT x.scale, x.packets, x.closed_at FROM redpacket.activity x" \
+	"             FROM w CROSS JOIN LATERAL (SELECT x.scale, x.packets, x.closed_at" ACOLS \
+	"                                          FROM redpacket.activity x" \
 	"                                         WHERE x.id OPERATOR(pg_catalog.=) " A " OFFSET 0) a" \
 	"            CROSS JOIN LATERAL (" \
 	"                  SELECT COALESCE(pg_catalog.sum(x.amount), 0) AS amount, pg_catalog.count(*) AS n," \
@@ -351,11 +367,47 @@ RpCheckRecreateState(int64 activity)
 	"                     AND x.claim_id OPERATOR(pg_catalog.>) w.claim_from) c"
 #define CHK_K_NO_REVERSALS(A) \
 	"            CROSS JOIN LATERAL (SELECT 0::pg_catalog.numeric AS amount, 0::pg_catalog.int8 AS n," \
-	"                                       w.rev_from AS last_id) v"
+	"                                       w.rev_from AS last_id, 0::pg_catalog.int8 AS settle_bad) v"
+/*
+ * (full checks) settlements that copy no claim's amount, and claims the
+ * settlement frontier hides: at or below settled_through, neither settled
+ * nor listed as a gap, a gap that is no claim below it, or a frontier that
+ * is not a settled claim (it only ever moves to one)
+ */
+#define CHK_SETTLE_BAD(A) \
+	"(SELECT pg_catalog.count(*) FROM redpacket.claim_settlement z" \
+	"   LEFT JOIN redpacket.claim c ON c.activity_id OPERATOR(pg_catalog.=) z.activity_id" \
+	"                              AND c.claim_id OPERATOR(pg_catalog.=) z.claim_id" \
+	"  WHERE z.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND c.amount IS DISTINCT FROM z.amount)" \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.claim c" \
+	"   JOIN redpacket.settlement_state t ON t.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
+	"  WHERE c.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND c.claim_id OPERATOR(pg_catalog.<=) t.settled_through" \
+	"    AND NOT EXISTS (SELECT FROM redpacket.claim_settlement z" \
+	"                     WHERE z.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
+	"                       AND z.claim_id OPERATOR(pg_catalog.=) c.claim_id)" \
+	"    AND NOT EXISTS (SELECT FROM redpacket.settlement_gap g" \
+	"                     WHERE g.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
+	"                       AND g.claim_id OPERATOR(pg_catalog.=) c.claim_id))" \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.settlement_gap g" \
+	"   LEFT JOIN redpacket.settlement_state t ON t.activity_id OPERATOR(pg_catalog.=) g.activity_id" \
+	"  WHERE g.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND (g.claim_id OPERATOR(pg_catalog.>) t.settled_through OR t.settled_through IS NULL" \
+	"         OR NOT EXISTS (SELECT FROM redpacket.claim c" \
+	"                         WHERE c.activity_id OPERATOR(pg_catalog.=) g.activity_id" \
+	"                           AND c.claim_id OPERATOR(pg_catalog.=) g.claim_id)))" \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.settlement_state t" \
+	"  WHERE t.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND t.settled_through OPERATOR(pg_catalog.<>) 0" \
+	"    AND NOT EXISTS (SELECT FROM redpacket.claim_settlement z" \
+	"                     WHERE z.activity_id OPERATOR(pg_catalog.=) t.activity_id" \
+	"                       AND z.claim_id OPERATOR(pg_catalog.=) t.settled_through))"
 #define CHK_K_REVERSALS(A) \
 	"            CROSS JOIN LATERAL (" \
 	"                  SELECT COALESCE(pg_catalog.sum(y.amount), 0) AS amount, pg_catalog.count(*) AS n," \
-	"                         COALESCE(pg_catalog.max(x.settlement_id), w.rev_from) AS last_id" \
+	"                         COALESCE(pg_catalog.max(x.settlement_id), w.rev_from) AS last_id," \
+	"                         CASE WHEN w.full THEN " CHK_SETTLE_BAD(A) " ELSE 0 END AS settle_bad" \
 	"                    FROM redpacket.claim_settlement x" \
 	"                    JOIN redpacket.claim y ON y.activity_id OPERATOR(pg_catalog.=) x.activity_id" \
 	"                                          AND y.claim_id OPERATOR(pg_catalog.=) x.claim_id" \
@@ -373,7 +425,7 @@ RpCheckRecreateState(int64 activity)
 	"                                                 OR x.packets OPERATOR(pg_catalog.<>) 0) AS nonempty,"
 #define CHK_K_STRIPES_10(A) \
 	CHK_K_STRIPES_HEAD \
-	"                         0::pg_catalog.int8 AS dealt_bad" \
+	"                         0::pg_catalog.int8 AS dealt_bad, 0::pg_catalog.int8 AS copies_bad" \
 	"                    FROM redpacket.stripe x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") s"
 /* what was dealt is checked by full checks (and first checks) only */
 #define CHK_K_STRIPES_14(A) \
@@ -382,7 +434,10 @@ RpCheckRecreateState(int64 activity)
 	"                              OR COALESCE(pg_catalog.cardinality(x.dealt), 0) OPERATOR(pg_catalog.<>) x.dealt_count" \
 	"                              OR x.dealt_units OPERATOR(pg_catalog.>) x.balance" \
 	"                              OR x.dealt_count OPERATOR(pg_catalog.>) COALESCE(x.packets, 0)" \
-	"                              OR x.dealt_low) AS dealt_bad" \
+	"                              OR x.dealt_low) AS dealt_bad," \
+	"                         pg_catalog.count(*) FILTER (WHERE x.halted IS DISTINCT FROM" \
+	"                                (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)" \
+	"                              OR x.revision IS DISTINCT FROM a.revision) AS copies_bad" \
 	"                    FROM (SELECT z.*," \
 	"                                 CASE WHEN w.full OR w.claim_from OPERATOR(pg_catalog.=) 0 THEN" \
 	"                                   COALESCE((SELECT pg_catalog.sum(d) FROM pg_catalog.unnest(z.dealt) d), 0)" \
@@ -392,6 +447,32 @@ RpCheckRecreateState(int64 activity)
 	"                                    WHERE d IS NULL OR d OPERATOR(pg_catalog.<) 1) AS dealt_low" \
 	"                            FROM redpacket.stripe z" \
 	"                           WHERE z.activity_id OPERATOR(pg_catalog.=) " A ") x) s"
+/*
+ * (full checks) the state row is one the checks could have written:
+ * settled only once closed (a settled activity leaves the passes' list),
+ * no check in the future (its sums need no check of their own: a check
+ * from the watermark that adds to wrong ones finds the money wrong); and
+ * the eligibility list holds as many users as its recorded changes added
+ * less those they removed.
+ */
+#define CHK_K_STATE_10(A) \
+	"            CROSS JOIN LATERAL (SELECT false AS state_bad) z"
+#define CHK_K_STATE_14(A) \
+	"            CROSS JOIN LATERAL (SELECT w.full AND (" \
+	"                  (w.st_settled AND a.closed_at IS NULL)" \
+	"                  OR w.st_pass_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()" \
+	"                  OR w.st_full_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()" \
+	"                  OR (SELECT pg_catalog.count(*) FROM redpacket.eligible x" \
+	"                       WHERE x.activity_id OPERATOR(pg_catalog.=) " A ")" \
+	"                     OPERATOR(pg_catalog.<>) (" \
+	"                       SELECT COALESCE(pg_catalog.sum(CASE WHEN x.kind OPERATOR(pg_catalog.=) 'allow'" \
+	"                                 THEN (x.after OPERATOR(pg_catalog.->>) 'added')::pg_catalog.int8" \
+	"                                 ELSE OPERATOR(pg_catalog.-)" \
+	"                                      (x.after OPERATOR(pg_catalog.->>) 'removed')::pg_catalog.int8 END), 0)" \
+	"                         FROM redpacket.activity_change x" \
+	"                        WHERE x.activity_id OPERATOR(pg_catalog.=) " A \
+	"                          AND x.kind OPERATOR(pg_catalog.=) ANY ('{allow,disallow}'::pg_catalog.text[]))" \
+	"                  ) AS state_bad) z"
 #define CHK_K_LEDGER_10(A) \
 	"            CROSS JOIN LATERAL (" \
 	"                  SELECT COALESCE(pg_catalog.sum(x.amount) FILTER" \
@@ -399,7 +480,7 @@ RpCheckRecreateState(int64 activity)
 	"                         pg_catalog.sum(x.amount) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'return') AS returned," \
 	"                         0::pg_catalog.numeric AS refunded," \
-	"                         0::pg_catalog.int8 AS topup_packets," \
+	"                         0::pg_catalog.int8 AS topup_packets, false AS total_bad," \
 	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
 #define CHK_K_LEDGER_14(A) \
@@ -416,6 +497,9 @@ RpCheckRecreateState(int64 activity)
 	"                         COALESCE(pg_catalog.sum(x.packets) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)::pg_catalog.int8" \
 	"                           AS topup_packets," \
+	"                         COALESCE(pg_catalog.sum(x.amount) FILTER" \
+	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'fund'), a.total)" \
+	"                           IS DISTINCT FROM a.total AS total_bad," \
 	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
 
@@ -446,7 +530,10 @@ RpCheckRecreateState(int64 activity)
 	"                    e.expected_packets IS DISTINCT FROM e.actual_packets," \
 	"                    e.expected_claims OPERATOR(pg_catalog.<>) e.actual_claims," \
 	"                    e.negative OPERATOR(pg_catalog.<>) 0, e.not_empty," \
-	"                    e.dealt_bad OPERATOR(pg_catalog.<>) 0]) WITH ORDINALITY AS u(bad, k)" \
+	"                    e.dealt_bad OPERATOR(pg_catalog.<>) 0," \
+	"                    e.copies_bad OPERATOR(pg_catalog.<>) 0 OR e.total_bad" \
+	"                      OR e.settle_bad OPERATOR(pg_catalog.<>) 0 OR e.state_bad])" \
+	"                   WITH ORDINALITY AS u(bad, k)" \
 	"                   WHERE u.bad ORDER BY u.k) AS found FROM e)"
 
 /*
@@ -455,10 +542,11 @@ RpCheckRecreateState(int64 activity)
  * what lets Citus route the statement to the node that holds it.
  */
 #define CHK_10(IN, AI, AW) \
-	IN CHK_W_10(AI) CHK_K_HEAD(AW) CHK_K_NO_REVERSALS(AW) CHK_K_STRIPES_10(AW) \
+	IN CHK_W_10(AI) CHK_K_HEAD(AW, "") CHK_K_NO_REVERSALS(AW) CHK_K_STRIPES_10(AW) CHK_K_STATE_10(AW) \
 	CHK_K_LEDGER_10(AW) CHK_F
 #define CHK_14(IN, AI, AW, REVERSALS) \
-	IN CHK_W_14(AI) CHK_K_HEAD(AW) REVERSALS(AW) CHK_K_STRIPES_14(AW) CHK_K_LEDGER_14(AW) CHK_F
+	IN CHK_W_14(AI) CHK_K_HEAD(AW, ", x.frozen_reason, x.revision, x.total") REVERSALS(AW) CHK_K_STRIPES_14(AW) \
+	CHK_K_STATE_14(AW) CHK_K_LEDGER_14(AW) CHK_F
 #define CHK_SET_10 CHK_10(CHK_INPUT_SET, "i.id", "w.id")
 #define CHK_ONE_10 CHK_10(CHK_INPUT_ONE, "$1", "$1")
 #define CHK_SET_14 CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_NO_REVERSALS)

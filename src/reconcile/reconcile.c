@@ -175,10 +175,16 @@ static RpPlan pending_11 = {
  * passes as there are slices, and by the activity's next check in any
  * case.  A settled activity changes only by a reversal (a refund entry) or
  * behind the extension's back: the full checks find both.  $5 counts the
- * passes (reconciler.passes), which picks the slice.
+ * passes (reconciler.passes), which picks the slice.  Nothing hides from
+ * the candidates: a state row whose activity row is gone is one (its check
+ * says incomplete), and each pass probes the next RP_PASS_STATE_PROBE
+ * activities after reconciler.probed_through ($6, up to $7) for one that
+ * lost its state row, so a lost row is found within as many passes as the
+ * activities fill windows.
  */
 #define RP_FULL_CHECKS_MAX 10000
 #define RP_PASS_STRIPE_ROWS 8192
+#define RP_PASS_STATE_PROBE 8192
 #define RP_PENDING_14_HEAD \
 	"WITH f AS (SELECT r.activity_id AS id FROM redpacket.reconcile_state r" \
 	"            WHERE $3 IS NOT NULL" \
@@ -190,21 +196,31 @@ static RpPlan pending_11 = {
 	"                             END) OPERATOR(pg_catalog.*) $4), " CppAsString2(RP_FULL_CHECKS_MAX) ")::pg_catalog.int8" \
 	"                     FROM pg_catalog.pg_class c" \
 	"                    WHERE c.oid OPERATOR(pg_catalog.=) 'redpacket.reconcile_state'::pg_catalog.regclass))," \
-	"     q AS (SELECT r.* FROM redpacket.reconcile_state r WHERE NOT r.settled" \
+	"     q AS (SELECT r.activity_id, r.last_pass_at, r.last_claim_id, r.last_entry_id," \
+	"                  r.last_settlement_id, r.last_balance, r.last_packets, r.last_claims" \
+	"             FROM redpacket.reconcile_state r WHERE NOT r.settled" \
 	"           UNION ALL" \
-	"           SELECT r.* FROM f CROSS JOIN LATERAL (" \
+	"           SELECT r.activity_id, r.last_pass_at, r.last_claim_id, r.last_entry_id," \
+	"                  r.last_settlement_id, r.last_balance, r.last_packets, r.last_claims" \
+	"             FROM f CROSS JOIN LATERAL (" \
 	"                  SELECT x.* FROM redpacket.reconcile_state x" \
-	"                   WHERE x.activity_id OPERATOR(pg_catalog.=) f.id AND x.settled OFFSET 0) r)," \
-	"     p AS (SELECT q.*, a.stripes, a.closed_at, a.ends_at FROM q" \
-	"            CROSS JOIN LATERAL (SELECT x.stripes, x.closed_at, x.ends_at FROM redpacket.activity x" \
-	"                                 WHERE x.id OPERATOR(pg_catalog.=) q.activity_id OFFSET 0) a)," \
+	"                   WHERE x.activity_id OPERATOR(pg_catalog.=) f.id AND x.settled OFFSET 0) r" \
+	"           UNION ALL" \
+	"           SELECT y.id, NULL, 0, 0, 0, NULL, NULL, NULL FROM redpacket.activity y" \
+	"            WHERE y.id OPERATOR(pg_catalog.>) $6 AND y.id OPERATOR(pg_catalog.<=) $7" \
+	"              AND NOT EXISTS (SELECT FROM redpacket.reconcile_state x" \
+	"                               WHERE x.activity_id OPERATOR(pg_catalog.=) y.id))," \
+	"     p AS (SELECT q.*, COALESCE(a.stripes, 0) AS stripes, a.closed_at, a.ends_at," \
+	"                  a.stripes IS NULL AS gone FROM q" \
+	"            LEFT JOIN LATERAL (SELECT x.stripes, x.closed_at, x.ends_at FROM redpacket.activity x" \
+	"                                WHERE x.id OPERATOR(pg_catalog.=) q.activity_id OFFSET 0) a ON true)," \
 	"     m AS (SELECT GREATEST(pg_catalog.ceil(pg_catalog.sum(p.stripes)::pg_catalog.numeric" \
 	"                           OPERATOR(pg_catalog./) " CppAsString2(RP_PASS_STRIPE_ROWS) "), 1)::pg_catalog.int8 AS slices" \
 	"             FROM p)" \
 	" SELECT p.activity_id, p.stripes, f.id IS NOT NULL" \
 	"   FROM p CROSS JOIN m" \
 	"   LEFT JOIN f ON f.id OPERATOR(pg_catalog.=) p.activity_id" \
-	"  WHERE f.id IS NOT NULL OR p.last_pass_at IS NULL" \
+	"  WHERE f.id IS NOT NULL OR p.last_pass_at IS NULL OR p.gone" \
 	"     OR p.closed_at IS NOT NULL OR p.ends_at OPERATOR(pg_catalog.<=) $2" \
 	"     OR EXISTS (SELECT FROM redpacket.claim c" \
 	"                 WHERE c.activity_id OPERATOR(pg_catalog.=) p.activity_id" \
@@ -228,7 +244,8 @@ static RpPlan pending_11 = {
 	"                      WHERE (s.balance, s.packets, s.claims)" \
 	"                            IS DISTINCT FROM (p.last_balance, p.last_packets, p.last_claims)))" \
 	" ORDER BY p.activity_id"
-#define RP_PENDING_14_ARGS 5, {BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT8OID}
+#define RP_PENDING_14_ARGS 7, {BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT8OID, \
+	INT8OID, INT8OID}
 
 static RpPlan pending_14 = {
 	RP_PENDING_14_HEAD RP_PENDING_14_STRIPES, RP_PENDING_14_ARGS
@@ -238,7 +255,6 @@ static RpPlan pending_14s = {
 	RP_PENDING_14_HEAD RP_PENDING_14_REVERSALS RP_PENDING_14_STRIPES, RP_PENDING_14_ARGS
 };
 
-/* 1.4, a full check of everything: every activity */
 /*
  * Every activity a full check of everything sees: those of the activity
  * table and any other that still has money or rows (its funding entry,
@@ -280,7 +296,8 @@ static RpPlan pass_status_11 = {
 /*
  * 1.4: the counters (the passes over all, then what every pass checked,
  * also of one activity: $6 checks, $7 mismatches, $8 unchecked told, $9
- * settlements) and what the last pass over all found ($10, $11).
+ * settlements) and what the last pass over all found ($10, $11), and
+ * where the next one probes for lost state rows ($12).
  */
 #define RP_PASS_COUNTERS \
 	"       checks = checks OPERATOR(pg_catalog.+) $6," \
@@ -288,12 +305,13 @@ static RpPlan pass_status_11 = {
 	"       unchecked = unchecked OPERATOR(pg_catalog.+) $8," \
 	"       settlements = settlements OPERATOR(pg_catalog.+) $9"
 #define RP_PASS_ARGS_14 \
-	11, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID, INT8OID, INT8OID, \
-	INT8OID, INT8OID, INT4OID, INT4OID}
+	12, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID, INT8OID, INT8OID, \
+	INT8OID, INT8OID, INT4OID, INT4OID, INT8OID}
 
 static RpPlan pass_status_14 = {
 	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1,"
-	RP_PASS_COUNTERS ", last_pass_mismatches = $10, last_pass_unchecked = $11",
+	RP_PASS_COUNTERS ", last_pass_mismatches = $10, last_pass_unchecked = $11,"
+	"       probed_through = $12",
 	RP_PASS_ARGS_14
 };
 
@@ -338,6 +356,7 @@ struct RpPass
 	int			told_unchecked; /* ... of which told people (incomplete: once per change) */
 	int			settlements;
 	bool		problems;		/* reconcile_problem may have rows */
+	int64		probe_next;		/* reconciler.probed_through after a pass over all */
 	int64		failed_ids[RP_PASS_FAILED_MAX]; /* the first mismatches and unchecked */
 	int			nfailed;
 	Tuplestorestate *out;
@@ -834,7 +853,14 @@ CheckBatch(RpPass *pass, int from, int budget)
 }
 
 static RpPlan passes_so_far = {
-	"SELECT r.passes FROM redpacket.reconciler r", 0, {InvalidOid}
+	"SELECT r.passes, r.probed_through FROM redpacket.reconciler r", 0, {InvalidOid}
+};
+
+/* The end of the window of activity ids after $1 (NULL: none after it). */
+static RpPlan probe_window = {
+	"SELECT pg_catalog.max(w.id), pg_catalog.count(*) FROM (SELECT y.id FROM redpacket.activity y"
+	"  WHERE y.id OPERATOR(pg_catalog.>) $1 ORDER BY y.id LIMIT " CppAsString2(RP_PASS_STATE_PROBE) ") w",
+	1, {INT8OID}
 };
 
 /* Has the reconciler told of problems it still sees (1.4)? */
@@ -848,13 +874,36 @@ AnyProblems(void)
 	return DatumGetBool(RpGetDatum(0, 1, &isnull));
 }
 
-/* Passes over all recorded so far (1.4): picks a pass's slice. */
+/*
+ * Passes over all recorded so far (1.4), which picks a pass's slice, and
+ * the window of activity ids it probes for a lost state row: after *from,
+ * up to *to (the next RP_PASS_STATE_PROBE activities, from the start again
+ * after the last); *next is where the following pass starts.
+ */
 static int64
-PassesSoFar(void)
+PassesSoFar(int64 *from, int64 *to, int64 *next)
 {
+	Datum		v;
+	int64		passes;
+	int64		seen;
+
 	if (RpExec(&passes_so_far, NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the reconciler's status");
-	return SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
+	passes = SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
+	*from = SPI_processed == 1 ? RpGetInt64(0, 2, 0) : 0;
+	for (;;)
+	{
+		v = Int64GetDatum(*from);
+		if (RpExec(&probe_window, &v, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not read the activity ids to probe");
+		*to = RpGetInt64(0, 1, *from);
+		seen = RpGetInt64(0, 2, 0);
+		if (seen > 0 || *from == 0)
+			break;
+		*from = 0;				/* past the last: from the start */
+	}
+	*next = seen < RP_PASS_STATE_PROBE ? 0 : *to;
+	return passes;
 }
 
 /*
@@ -868,8 +917,10 @@ int
 RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_share)
 {
 	MemoryContext cxt = pass->cxt;
-	Datum		v[5];
-	char		n[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		v[7];
+	char		n[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	int64		from = 0;
+	int64		to = 0;
 	int			version = RpCatalogVersion();
 	RpPlan	   *plan;
 	int			count;
@@ -884,7 +935,9 @@ RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datum full_shar
 	 */
 	(void) RangeVarGetRelid(makeRangeVar("redpacket", "activity", -1), AccessShareLock, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	v[4] = Int64GetDatum(version >= RP_CATALOG_1_4 ? PassesSoFar() : 0);
+	v[4] = Int64GetDatum(version >= RP_CATALOG_1_4 ? PassesSoFar(&from, &to, &pass->probe_next) : 0);
+	v[5] = Int64GetDatum(from);
+	v[6] = Int64GetDatum(to);
 	pass->problems = version >= RP_CATALOG_1_4 && AnyProblems();
 	v[0] = BoolGetDatum(full_all);
 	v[1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
@@ -947,7 +1000,7 @@ static void
 RecordPass(const RpPass *pass, bool over)
 {
 	TimestampTz finished = GetCurrentTimestamp();
-	Datum		v[11];
+	Datum		v[12];
 	int			version = RpCatalogVersion();
 
 	if (version < RP_CATALOG_1_1 || (!over && version < RP_CATALOG_1_4))
@@ -963,6 +1016,7 @@ RecordPass(const RpPass *pass, bool over)
 	v[8] = Int64GetDatum(pass->settlements);
 	v[9] = Int32GetDatum(pass->mismatches);
 	v[10] = Int32GetDatum(pass->unchecked);
+	v[11] = Int64GetDatum(pass->probe_next);
 	if (RpExec(version < RP_CATALOG_1_4 ? &pass_status_11 : over ? &pass_status_14 : &pass_counts_14,
 			   v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the reconciliation pass");

@@ -10,10 +10,12 @@
  *		claims: the balance and the packets spread evenly (the first stripes
  *		take the remainders, as at creation), each stripe's claim counter
  *		from the claims it counts, lucky draws dealt ahead cleared (the
- *		engine deals again), the revision bumped.  It records who did it and
- *		why (activity_change, kind repair, with the totals and the stripes
- *		that changed, before and after) and ends with the reconciler's full
- *		check (unfreeze.c), which must pass or nothing is written.  The
+ *		engine deals again), the revision bumped, every stripe halted (the
+ *		activity is frozen) and the activity's total its funding entry again.
+ *		It records who did it and why (activity_change, kind repair, with the
+ *		totals and the stripes that changed, before and after) and ends with
+ *		the reconciler's full check (unfreeze.c), which must pass or nothing
+ *		is written.  The
  *		activity stays frozen until rp_unfreeze.  Under the reconciliation
  *		lock and every stripe lock of the activity, as close.
  */
@@ -80,11 +82,15 @@ static RpPlan want_all = {RP_SQL_WANT("true"), 1, {INT8OID}};
 	"                            (SELECT FROM o p WHERE p.stripe OPERATOR(pg_catalog.=) c.stripe)), 0)" \
 	"                     ELSE 0 END)::pg_catalog.int8 AS claims" \
 	"             FROM o)," \
-	"     r AS (UPDATE redpacket.activity a SET revision = a.revision OPERATOR(pg_catalog.+) 1" \
+	"     r AS (UPDATE redpacket.activity a SET revision = a.revision OPERATOR(pg_catalog.+) 1," \
+	"                  total = COALESCE((SELECT l.amount FROM redpacket.ledger l" \
+	"                                     WHERE l.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                                       AND l.kind OPERATOR(pg_catalog.=) 'fund'), a.total)" \
 	"            WHERE a.id OPERATOR(pg_catalog.=) $1 RETURNING a.revision)," \
 	"     u AS (UPDATE redpacket.stripe s" \
 	"              SET balance = n.balance, packets = n.packets, claims = n.claims," \
-	"                  dealt = NULL, dealt_units = 0, dealt_count = 0, revision = r.revision" \
+	"                  dealt = NULL, dealt_units = 0, dealt_count = 0, revision = r.revision," \
+	"                  halted = true" \
 	"             FROM n, r" \
 	"            WHERE s.activity_id OPERATOR(pg_catalog.=) $1 AND s.stripe OPERATOR(pg_catalog.=) n.stripe" \
 	"           RETURNING s.stripe)," \

@@ -115,6 +115,7 @@ for size in "${SIZES[@]}"; do
         # stripes, in one transaction: the ledger identity stays true.
         bench_psql <<EOF
 BEGIN;
+SET LOCAL session_replication_role = replica;
 INSERT INTO redpacket.claim (activity_id, user_id, request_id, idempotency_key, amount, stripe, claimed_at)
 SELECT $ACT, 'h' || g, NULL, '', 0.01, g % $NSTRIPES, now() - interval '1 day'
   FROM generate_series($from, $to) g;

@@ -116,6 +116,7 @@ my $withdraw = activity('withdraw', 5);        # G: a withdrawal entry forged
 my $old_top_up = activity('oldtopup', 5);      # H: an old top-up's amount changed
 # H was topped up by 10.00 and 2 packets the way rp_top_up does it
 sql(qq{
+SET session_replication_role = replica;
 INSERT INTO redpacket.ledger (activity_id, kind, amount, packets, reason)
 VALUES ($old_top_up, 'top_up', 10.00, 2, 'more');
 UPDATE redpacket.stripe SET balance = balance + 250, packets = packets + CASE WHEN stripe < 2 THEN 1 ELSE 0 END

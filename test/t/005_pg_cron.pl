@@ -146,7 +146,8 @@ sql("SELECT cron.unschedule($job)");
 # rp_reconcile() succeeds whatever it finds; CALL rp_reconcile_strict() commits
 # the pass and then raises, so cron.job_run_details says failed.
 
-sql(qq{UPDATE redpacket.stripe SET balance = balance - 1
+sql(qq{SET session_replication_role = replica;
+        UPDATE redpacket.stripe SET balance = balance - 1
         WHERE activity_id = $aid AND stripe = 0});
 my $strict = sql(
 	"SELECT cron.schedule('redpacket-strict', '* * * * *', 'CALL redpacket.rp_reconcile_strict()')");

@@ -189,7 +189,8 @@ for my $aid (@expiring, $open, $tampered)
 mallory(qq{SELECT redpacket.rp_claim($open, 'lucky')});
 
 # a mismatch, so that the worker freezes and notifies
-su(qq{UPDATE redpacket.stripe SET balance = balance + 7
+su(qq{SET session_replication_role = replica;
+       UPDATE redpacket.stripe SET balance = balance + 7
        WHERE activity_id = $tampered AND stripe = 0});
 
 my $ids = join(',', @expiring);

@@ -69,7 +69,8 @@ my $bench = IPC::Run::start(
 sleep 2;
 
 my $log_offset = -s $node->logfile;
-my $expired_at = sql(qq{UPDATE redpacket.activity SET ends_at = clock_timestamp()
+my $expired_at = sql(qq{SET session_replication_role = replica;
+                         UPDATE redpacket.activity SET ends_at = clock_timestamp()
                          WHERE id IN ($ids) RETURNING 1});
 my $t0 = time;
 my $settled = $node->poll_query_until('postgres', qq{

@@ -35,7 +35,8 @@ sql("SELECT redpacket.rp_claim($bad, 'u' || g, 1.00) FROM generate_series(1, 2) 
 sql("SELECT count(*) FROM redpacket.rp_reconcile($good)");
 sql("SELECT count(*) FROM redpacket.rp_reconcile($bad)");
 # then the bad one loses 0.30 behind the extension's back
-sql("UPDATE redpacket.stripe SET balance = balance - 30 WHERE activity_id = $bad AND stripe = 0");
+sql("SET session_replication_role = replica;
+     UPDATE redpacket.stripe SET balance = balance - 30 WHERE activity_id = $bad AND stripe = 0");
 
 $primary->backup('bk');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
