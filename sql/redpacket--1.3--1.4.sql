@@ -623,7 +623,7 @@ COMMENT ON COLUMN redpacket.reconcile_state.settled IS
 COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS
     'When every claim of the activity was last re-summed: a full check, or a check that started from no watermark (the first); NULL when never.';
 COMMENT ON COLUMN redpacket.reconciliation.problems IS
-    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), copies (a stripe''s halted or revision, the activity''s total, a settlement''s amount, the settlement frontier, the reconciliation state or the length of an eligibility list disagrees with what it copies), incomplete, error; empty when ok; NULL on rows written by 1.0.';
+    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), copies (a stripe''s halted or revision, the activity''s total, cap, creation time or creator, a settlement''s amount, the settlement frontier, the reconciliation state or the length of an eligibility list disagrees with what it copies), incomplete, error; empty when ok; NULL on rows written by 1.0.';
 COMMENT ON TABLE redpacket.reconciliation IS
     'One row per activity per reconciliation pass: expected = funded + top-ups - withdrawals - returned - refunds - sum of live claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
 -- Passes over all so far: each pass compares the stripe sums of one slice

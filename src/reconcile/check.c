@@ -21,12 +21,13 @@
  *		copies	  (1.4) what the activity's rows copy from each other: every
  *				  stripe halted exactly when the activity is frozen or
  *				  closed and at the activity's revision, the activity's
- *				  total its funding entry; in full checks, every
+ *				  total, packet cap (from 1.4), creation time and creator
+ *				  its funding entry's; in full checks, every
  *				  settlement the amount of its claim, and the settlement
  *				  frontier (settlement_state, settlement_gap) hiding no
  *				  unsettled claim, the reconcile_state row settled only
- *				  once closed, no check of it in the future, and the
- *				  eligibility list as long as its recorded changes made it
+ *				  once closed, and the eligibility list as long as its
+ *				  recorded changes made it
  *
  *		where live claims are claims without a 'reversed' settlement (1.4,
  *		when redpacket.claim_settlement exists).  A reversal while the
@@ -340,8 +341,7 @@ RpCheckRecreateState(int64 activity)
 	"                  CASE WHEN i.full THEN 0 ELSE r.last_settlement_id END AS rev_from," \
 	"                  CASE WHEN i.full THEN 0 ELSE r.reversed END AS reversed_to," \
 	"                  CASE WHEN i.full THEN 0 ELSE r.reversed_count END AS rev_count_to," \
-	"                  r.settled AS st_settled, r.last_pass_at AS st_pass_at," \
-	"                  r.last_full_check_at AS st_full_at" \
+	"                  r.settled AS st_settled" \
 	"             FROM i CROSS JOIN LATERAL (SELECT x.* FROM redpacket.reconcile_state x" \
 	"                                         WHERE x.activity_id OPERATOR(pg_catalog.=) " A " OFFSET 0) r),"
 
@@ -449,19 +449,18 @@ RpCheckRecreateState(int64 activity)
 	"                           WHERE z.activity_id OPERATOR(pg_catalog.=) " A ") x) s"
 /*
  * (full checks) the state row is one the checks could have written:
- * settled only once closed (a settled activity leaves the passes' list),
- * no check in the future (its sums need no check of their own: a check
- * from the watermark that adds to wrong ones finds the money wrong); and
- * the eligibility list holds as many users as its recorded changes added
- * less those they removed.
+ * settled only once closed (a settled activity leaves the passes' list;
+ * its sums need no check of their own: a check from the watermark that
+ * adds to wrong ones finds the money wrong); and the eligibility list
+ * holds as many users as its recorded changes added less those they
+ * removed.  Its times are not compared with the clock: a clock stepped
+ * back would make every recent check look wrong.
  */
 #define CHK_K_STATE_10(A) \
 	"            CROSS JOIN LATERAL (SELECT false AS state_bad) z"
 #define CHK_K_STATE_14(A) \
 	"            CROSS JOIN LATERAL (SELECT w.full AND (" \
 	"                  (w.st_settled AND a.closed_at IS NULL)" \
-	"                  OR w.st_pass_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()" \
-	"                  OR w.st_full_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()" \
 	"                  OR (SELECT pg_catalog.count(*) FROM redpacket.eligible x" \
 	"                       WHERE x.activity_id OPERATOR(pg_catalog.=) " A ")" \
 	"                     OPERATOR(pg_catalog.<>) (" \
@@ -499,7 +498,12 @@ RpCheckRecreateState(int64 activity)
 	"                           AS topup_packets," \
 	"                         COALESCE(pg_catalog.sum(x.amount) FILTER" \
 	"                                    (WHERE x.kind OPERATOR(pg_catalog.=) 'fund'), a.total)" \
-	"                           IS DISTINCT FROM a.total AS total_bad," \
+	"                           IS DISTINCT FROM a.total" \
+	"                         OR COALESCE(pg_catalog.bool_or(x.kind OPERATOR(pg_catalog.=) 'fund' AND" \
+	"                               (x.created_at IS DISTINCT FROM a.created_at" \
+	"                                OR x.created_by IS DISTINCT FROM a.created_by" \
+	"                                OR (x.packets IS NOT NULL AND x.packets IS DISTINCT FROM a.packets))), false)" \
+	"                           AS total_bad," \
 	"                         COALESCE(pg_catalog.max(x.entry_id), 0) AS last_entry" \
 	"                    FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") l),"
 
@@ -545,7 +549,7 @@ RpCheckRecreateState(int64 activity)
 	IN CHK_W_10(AI) CHK_K_HEAD(AW, "") CHK_K_NO_REVERSALS(AW) CHK_K_STRIPES_10(AW) CHK_K_STATE_10(AW) \
 	CHK_K_LEDGER_10(AW) CHK_F
 #define CHK_14(IN, AI, AW, REVERSALS) \
-	IN CHK_W_14(AI) CHK_K_HEAD(AW, ", x.frozen_reason, x.revision, x.total") REVERSALS(AW) CHK_K_STRIPES_14(AW) \
+	IN CHK_W_14(AI) CHK_K_HEAD(AW, ", x.frozen_reason, x.revision, x.total, x.created_at, x.created_by") REVERSALS(AW) CHK_K_STRIPES_14(AW) \
 	CHK_K_STATE_14(AW) CHK_K_LEDGER_14(AW) CHK_F
 #define CHK_SET_10 CHK_10(CHK_INPUT_SET, "i.id", "w.id")
 #define CHK_ONE_10 CHK_10(CHK_INPUT_ONE, "$1", "$1")

@@ -11,7 +11,8 @@
  *		take the remainders, as at creation), each stripe's claim counter
  *		from the claims it counts, lucky draws dealt ahead cleared (the
  *		engine deals again), the revision bumped, every stripe halted (the
- *		activity is frozen) and the activity's total its funding entry again.
+ *		activity is frozen) and the activity's total, cap, creation time and
+ *		creator its funding entry's again.
  *		It records who did it and why (activity_change, kind repair, with the
  *		totals and the stripes that changed, before and after) and ends with
  *		the reconciler's full check (unfreeze.c), which must pass or nothing
@@ -36,7 +37,8 @@ PG_FUNCTION_INFO_V1(rp_repair_stripes);
 /*
  * What the stripes of the activity must hold together: units (NULL when
  * the ledger and the claims do not come to whole minor units), the packets
- * (NULL without a cap) and the claims.
+ * (NULL without a cap; the cap is the funding entry's, from 1.4) and the
+ * claims.
  */
 #define RP_SQL_WANT(live) \
 	"WITH l AS (" RP_SQL_BOOKS_LEDGER("$1") ")," \
@@ -45,7 +47,10 @@ PG_FUNCTION_INFO_V1(rp_repair_stripes);
 	"                   COALESCE((SELECT pg_catalog.sum(c.amount) FROM c), 0))" \
 	"                  OPERATOR(pg_catalog.*)" \
 	"                  pg_catalog.power(10::pg_catalog.numeric, a.scale::pg_catalog.numeric) AS units," \
-	"                  a.packets::pg_catalog.int8 OPERATOR(pg_catalog.+) l.added_packets" \
+	"                  COALESCE((SELECT f.packets FROM redpacket.ledger f" \
+	"                             WHERE f.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                               AND f.kind OPERATOR(pg_catalog.=) 'fund'), a.packets)::pg_catalog.int8" \
+	"                    OPERATOR(pg_catalog.+) l.added_packets" \
 	"                  OPERATOR(pg_catalog.-) COALESCE((SELECT pg_catalog.sum(c.n) FROM c), 0) AS packets," \
 	"                  COALESCE((SELECT pg_catalog.sum(c.n) FROM c), 0)::pg_catalog.int8 AS claims" \
 	"             FROM redpacket.activity a, l WHERE a.id OPERATOR(pg_catalog.=) $1)" \
@@ -83,9 +88,13 @@ static RpPlan want_all = {RP_SQL_WANT("true"), 1, {INT8OID}};
 	"                     ELSE 0 END)::pg_catalog.int8 AS claims" \
 	"             FROM o)," \
 	"     r AS (UPDATE redpacket.activity a SET revision = a.revision OPERATOR(pg_catalog.+) 1," \
-	"                  total = COALESCE((SELECT l.amount FROM redpacket.ledger l" \
-	"                                     WHERE l.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                                       AND l.kind OPERATOR(pg_catalog.=) 'fund'), a.total)" \
+	"                  total = COALESCE(f.amount, a.total), packets = COALESCE(f.packets, a.packets)," \
+	"                  created_at = COALESCE(f.created_at, a.created_at)," \
+	"                  created_by = COALESCE(f.created_by, a.created_by)" \
+	"             FROM (SELECT) o LEFT JOIN LATERAL (" \
+	"                  SELECT l.amount, l.packets, l.created_at, l.created_by FROM redpacket.ledger l" \
+	"                   WHERE l.activity_id OPERATOR(pg_catalog.=) $1" \
+	"                     AND l.kind OPERATOR(pg_catalog.=) 'fund') f ON true" \
 	"            WHERE a.id OPERATOR(pg_catalog.=) $1 RETURNING a.revision)," \
 	"     u AS (UPDATE redpacket.stripe s" \
 	"              SET balance = n.balance, packets = n.packets, claims = n.claims," \

@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# CPU per claim with the activity counters (redpacket.track_stats) on and
-# off, side by side in one run, in one backend: a single pgbench client makes
-# CLAIMS single-claim transactions on one activity, switching the counters
-# on and off every BLOCK claims (SET redpacket.track_stats), so that load
+# CPU per claim with something on and off, side by side in one run, in one
+# backend: a single pgbench client makes CLAIMS single-claim transactions on
+# one activity, switching it on and off every BLOCK claims, so that load
 # from anything else on the machine falls on both modes alike.  At each
 # switch the backend samples its own CPU time (/proc/self/stat utime +
 # stime).  Prints microseconds of backend CPU per claim for each mode and the
-# ratio on/off; the goal is a ratio within 1.05.
+# ratio on/off; the goal is a ratio within 1.05.  What is switched
+# (COST_OF):
+#   stats  the activity counters (SET redpacket.track_stats), the default
+#   guard  the trigger that refuses hand-made changes of stripe (ALTER TABLE
+#          ... ENABLE/DISABLE TRIGGER guard), on the path where it fires:
+#          redpacket.direct_claims = off (the direct path fires no trigger)
 #
 #   bash test/bench/stats_cost.sh        as an ordinary user (initdb refuses root)
 #
-# Environment: PG_CONFIG, STATS_CLAIMS (60000), STATS_BLOCK (1000),
-# STATS_PORT (a free TCP port, 24050 by default).
+# Environment: PG_CONFIG, COST_OF (stats), STATS_CLAIMS (60000), STATS_BLOCK
+# (1000), STATS_PORT (a free TCP port, 24050 by default).
 set -euo pipefail
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PGBIN=$("$PG_CONFIG" --bindir)
 CLAIMS=${STATS_CLAIMS:-60000}
+COST_OF=${COST_OF:-stats}
+case $COST_OF in
+    stats) ON='SET redpacket.track_stats = on;'; OFF='SET redpacket.track_stats = off;'; SESSION='' ;;
+    guard) ON='ALTER TABLE redpacket.stripe ENABLE TRIGGER guard;'
+           OFF='ALTER TABLE redpacket.stripe DISABLE TRIGGER guard;'
+           SESSION='SET redpacket.direct_claims = off;' ;;
+    *) echo "COST_OF is stats or guard" >&2; exit 2 ;;
+esac
 BLOCK=${STATS_BLOCK:-1000}
 export PGPORT=${STATS_PORT:-24050} PGDATABASE=postgres PGUSER=$(id -un)
 unset PGSERVICE PGPASSWORD PGOPTIONS
@@ -52,17 +64,20 @@ $$;
 SQL
 # block b (0, 1, ...) runs with the counters on when b is odd; block 0 (the
 # warm-up: plans prepared, caches filled) is left out of the comparison
-cat >"$DIR/claim.pgbench" <<'PGB'
-\set n :n + 1
-\if :n % :block = 1
-\set b :n / :block
+cat >"$DIR/claim.pgbench" <<PGB
+\\set n :n + 1
+\\if :n = 1
+$SESSION
+\\endif
+\\if :n % :block = 1
+\\set b :n / :block
 SELECT cpu_sample(:b);
-\if :b % 2 = 1
-SET redpacket.track_stats = on;
-\else
-SET redpacket.track_stats = off;
-\endif
-\endif
+\\if :b % 2 = 1
+$ON
+\\else
+$OFF
+\\endif
+\\endif
 SELECT status FROM redpacket.rp_claim(:act, 'u' || :n, 0.01);
 \if :n = :total
 SELECT cpu_sample(:n / :block);
@@ -83,7 +98,7 @@ WITH blocks AS (
 per AS (
     SELECT mode, count(*) AS blocks, sum(ticks) * $TICK_US / (count(*) * $BLOCK)::numeric AS us
       FROM blocks WHERE ticks IS NOT NULL AND block > 0 GROUP BY mode)
-SELECT format('%s claims in blocks of %s alternating on/off (%s blocks on, %s off); backend CPU us/claim: on %s, off %s; ratio on/off %s',
+SELECT format('$COST_OF: %s claims in blocks of %s alternating on/off (%s blocks on, %s off); backend CPU us/claim: on %s, off %s; ratio on/off %s',
               $CLAIMS, $BLOCK, on_.blocks, off_.blocks,
               round(on_.us, 2), round(off_.us, 2), round(on_.us / off_.us, 3))
   FROM per on_, per off_ WHERE on_.mode = 1 AND off_.mode = 0;

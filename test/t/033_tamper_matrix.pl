@@ -194,8 +194,6 @@ replica activity UPDATE per_user_limit
 replica activity UPDATE starts_at
 replica activity UPDATE ends_at
 replica activity UPDATE frozen_at
-replica activity UPDATE created_at
-replica activity UPDATE created_by
 replica activity UPDATE restricted
 replica activity_change UPDATE activity_id
 replica activity_change UPDATE changed_at
@@ -218,15 +216,14 @@ replica eligible UPDATE user_id
 replica eligible UPDATE added_at
 replica eligible UPDATE added_by
 replica ledger UPDATE reason
-replica ledger UPDATE created_at
-replica ledger UPDATE created_by
-replica ledger UPDATE packets
 replica reconcile_problem UPDATE activity_id
 replica reconcile_problem UPDATE detail
 replica reconcile_problem UPDATE since
 replica reconcile_problem UPDATE reported_at
 replica reconcile_problem DELETE
 replica reconcile_state UPDATE last_claim_id
+replica reconcile_state UPDATE last_pass_at
+replica reconcile_state UPDATE last_full_check_at
 replica reconcile_state UPDATE last_balance
 replica reconcile_state UPDATE last_packets
 replica reconcile_state UPDATE last_claims
