@@ -110,3 +110,25 @@ SELECT ok, problems FROM redpacket.rp_verify(:s, true);
 -- a recorded check writes the state as it is; the next one passes
 SELECT ok, problems FROM redpacket.rp_reconcile(:s, true);
 SELECT ok, problems FROM redpacket.rp_reconcile(:s, true);
+
+-- A claim moved to another stripe: the money and the claim count still add
+-- up, but each stripe's counter no longer counts the live claims naming it
+-- (a reversed claim counts on no stripe); a full check says so, and the
+-- repair recounts the stripes from the claims
+SELECT redpacket.rp_create_activity(10.00, 10, stripes => 2, name => 'moved') AS m \gset
+SELECT count(*) AS claimed FROM generate_series(1, 4) g, redpacket.rp_claim(:m, 'u' || g, 1.00) c
+ WHERE c.status = 'claimed';
+SELECT redpacket.rp_reverse(:m, (SELECT min(claim_id) FROM redpacket.claim WHERE activity_id = :m),
+                            'wallet refused') AS reversed;
+SELECT ok, problems FROM redpacket.rp_verify(:m, true);
+SET session_replication_role = replica;
+UPDATE redpacket.claim SET stripe = 1 - stripe
+ WHERE claim_id = (SELECT max(claim_id) FROM redpacket.claim WHERE activity_id = :m);
+RESET session_replication_role;
+SELECT ok, problems FROM redpacket.rp_verify(:m);
+SELECT ok, problems FROM redpacket.rp_verify(:m, true);
+SELECT redpacket.rp_freeze(:m, 'claim moved');
+SELECT ok FROM redpacket.rp_repair_stripes(:m, 'claim moved by hand');
+SELECT stripe, claims FROM redpacket.stripe WHERE activity_id = :m ORDER BY stripe;
+SELECT redpacket.rp_unfreeze(:m);
+SELECT ok, problems FROM redpacket.rp_verify(:m, true);

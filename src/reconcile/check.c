@@ -71,6 +71,7 @@
 
 #include "base/base.h"
 #include "scaleout/scaleout.h"
+#include "books.h"
 #include "check.h"
 
 static const char *const problem_names[RP_NPROBLEMS] = {
@@ -355,7 +356,7 @@ RpCheckRecreateState(int64 activity)
 	"                  w.reversed_to OPERATOR(pg_catalog.+) v.amount AS reversed," \
 	"                  w.rev_count_to OPERATOR(pg_catalog.+) v.n AS reversed_count," \
 	"                  s.balance, s.packets, s.claims, s.negative, s.nonempty, s.dealt_bad," \
-	"                  s.copies_bad, l.total_bad, v.settle_bad, z.state_bad," \
+	"                  s.copies_bad, s.spread_bad, l.total_bad, v.settle_bad, z.state_bad," \
 	"                  l.funded, l.returned, l.refunded, l.topup_packets, l.last_entry" \
 	"             FROM w CROSS JOIN LATERAL (SELECT x.scale, x.packets, x.closed_at" ACOLS \
 	"                                          FROM redpacket.activity x" \
@@ -425,10 +426,15 @@ RpCheckRecreateState(int64 activity)
 	"                                                 OR x.packets OPERATOR(pg_catalog.<>) 0) AS nonempty,"
 #define CHK_K_STRIPES_10(A) \
 	CHK_K_STRIPES_HEAD \
-	"                         0::pg_catalog.int8 AS dealt_bad, 0::pg_catalog.int8 AS copies_bad" \
+	"                         0::pg_catalog.int8 AS dealt_bad, 0::pg_catalog.int8 AS copies_bad," \
+	"                         0::pg_catalog.int8 AS spread_bad" \
 	"                    FROM redpacket.stripe x WHERE x.activity_id OPERATOR(pg_catalog.=) " A ") s"
-/* what was dealt is checked by full checks (and first checks) only */
-#define CHK_K_STRIPES_14(A) \
+/*
+ * what was dealt is checked by full checks (and first checks) only; so is
+ * each stripe's claim counter against the live claims that name the stripe
+ * (LIVE: RP_SQL_BOOKS_LIVE, or "true" without settlements)
+ */
+#define CHK_K_STRIPES_14(A, LIVE) \
 	CHK_K_STRIPES_HEAD \
 	"                         pg_catalog.count(*) FILTER (WHERE x.dealt_sum IS DISTINCT FROM x.dealt_units" \
 	"                              OR COALESCE(pg_catalog.cardinality(x.dealt), 0) OPERATOR(pg_catalog.<>) x.dealt_count" \
@@ -437,7 +443,14 @@ RpCheckRecreateState(int64 activity)
 	"                              OR x.dealt_low) AS dealt_bad," \
 	"                         pg_catalog.count(*) FILTER (WHERE x.halted IS DISTINCT FROM" \
 	"                                (a.frozen_reason IS NOT NULL OR a.closed_at IS NOT NULL)" \
-	"                              OR x.revision IS DISTINCT FROM a.revision) AS copies_bad" \
+	"                              OR x.revision IS DISTINCT FROM a.revision) AS copies_bad," \
+	"                         CASE WHEN w.full THEN (" \
+	"                           SELECT pg_catalog.count(*) FROM redpacket.stripe y" \
+	"                             LEFT JOIN (" RP_SQL_BOOKS_CLAIMS(A, LIVE) ") q" \
+	"                                    ON q.stripe OPERATOR(pg_catalog.=) y.stripe" \
+	"                            WHERE y.activity_id OPERATOR(pg_catalog.=) " A \
+	"                              AND y.claims OPERATOR(pg_catalog.<>) COALESCE(q.n, 0))" \
+	"                         ELSE 0 END AS spread_bad" \
 	"                    FROM (SELECT z.*," \
 	"                                 CASE WHEN w.full OR w.claim_from OPERATOR(pg_catalog.=) 0 THEN" \
 	"                                   COALESCE((SELECT pg_catalog.sum(d) FROM pg_catalog.unnest(z.dealt) d), 0)" \
@@ -532,7 +545,8 @@ RpCheckRecreateState(int64 activity)
 	"     f AS (SELECT e.*, ARRAY(SELECT $4[u.k::pg_catalog.int4] FROM pg_catalog.unnest(ARRAY[" \
 	"                    e.expected OPERATOR(pg_catalog.<>) e.actual," \
 	"                    e.expected_packets IS DISTINCT FROM e.actual_packets," \
-	"                    e.expected_claims OPERATOR(pg_catalog.<>) e.actual_claims," \
+	"                    e.expected_claims OPERATOR(pg_catalog.<>) e.actual_claims" \
+	"                      OR e.spread_bad OPERATOR(pg_catalog.<>) 0," \
 	"                    e.negative OPERATOR(pg_catalog.<>) 0, e.not_empty," \
 	"                    e.dealt_bad OPERATOR(pg_catalog.<>) 0," \
 	"                    e.copies_bad OPERATOR(pg_catalog.<>) 0 OR e.total_bad" \
@@ -548,15 +562,16 @@ RpCheckRecreateState(int64 activity)
 #define CHK_10(IN, AI, AW) \
 	IN CHK_W_10(AI) CHK_K_HEAD(AW, "") CHK_K_NO_REVERSALS(AW) CHK_K_STRIPES_10(AW) CHK_K_STATE_10(AW) \
 	CHK_K_LEDGER_10(AW) CHK_F
-#define CHK_14(IN, AI, AW, REVERSALS) \
-	IN CHK_W_14(AI) CHK_K_HEAD(AW, ", x.frozen_reason, x.revision, x.total, x.created_at, x.created_by") REVERSALS(AW) CHK_K_STRIPES_14(AW) \
+#define CHK_14(IN, AI, AW, REVERSALS, LIVE) \
+	IN CHK_W_14(AI) CHK_K_HEAD(AW, ", x.frozen_reason, x.revision, x.total, x.created_at, x.created_by") REVERSALS(AW) \
+	CHK_K_STRIPES_14(AW, LIVE) \
 	CHK_K_STATE_14(AW) CHK_K_LEDGER_14(AW) CHK_F
 #define CHK_SET_10 CHK_10(CHK_INPUT_SET, "i.id", "w.id")
 #define CHK_ONE_10 CHK_10(CHK_INPUT_ONE, "$1", "$1")
-#define CHK_SET_14 CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_NO_REVERSALS)
-#define CHK_ONE_14 CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_NO_REVERSALS)
-#define CHK_SET_14S CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_REVERSALS)
-#define CHK_ONE_14S CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_REVERSALS)
+#define CHK_SET_14 CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_NO_REVERSALS, "true")
+#define CHK_ONE_14 CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_NO_REVERSALS, "true")
+#define CHK_SET_14S CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_REVERSALS, RP_SQL_BOOKS_LIVE("x"))
+#define CHK_ONE_14S CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_REVERSALS, RP_SQL_BOOKS_LIVE("x"))
 
 /* The row recorded for each activity, and the watermark it advances to. */
 #define CHK_RECORD_COLUMNS \

@@ -205,7 +205,6 @@ replica activity_change DELETE
 replica claim UPDATE user_id
 replica claim UPDATE request_id
 replica claim UPDATE idempotency_key
-replica claim UPDATE stripe
 replica claim UPDATE claimed_at
 replica claim_settlement UPDATE settlement_id
 replica claim_settlement UPDATE settled_at
