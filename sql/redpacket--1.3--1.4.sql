@@ -623,7 +623,7 @@ COMMENT ON COLUMN redpacket.reconcile_state.settled IS
 COMMENT ON COLUMN redpacket.reconcile_state.last_full_check_at IS
     'When every claim of the activity was last re-summed: a full check, or a check that started from no watermark (the first); NULL when never.';
 COMMENT ON COLUMN redpacket.reconciliation.problems IS
-    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), copies (a stripe''s halted or revision, the activity''s total, cap, creation time or creator, a settlement''s amount, the settlement frontier, the reconciliation state or the length of an eligibility list disagrees with what it copies), incomplete, error; empty when ok; NULL on rows written by 1.0.';
+    'Names of the failed checks: money, packets, claims, negative, not_empty (closed but stripes not empty or return wrong), dealt (what was dealt to a stripe does not add up), incomplete, error; empty when ok; NULL on rows written by 1.0.';
 COMMENT ON TABLE redpacket.reconciliation IS
     'One row per activity per reconciliation pass: expected = funded + top-ups - withdrawals - returned - refunds - sum of live claims, actual = sum of stripe balances, drift = actual - expected. Append-only.';
 -- Passes over all so far: each pass compares the stripe sums of one slice
@@ -631,11 +631,6 @@ COMMENT ON TABLE redpacket.reconciliation IS
 ALTER TABLE redpacket.reconciler ADD COLUMN passes bigint NOT NULL DEFAULT 0;
 COMMENT ON COLUMN redpacket.reconciler.passes IS
     'Passes over all activities completed in this database (a counter).';
--- Each pass also probes the next activity ids, in turn, for an activity
--- that lost its reconcile_state row.
-ALTER TABLE redpacket.reconciler ADD COLUMN probed_through bigint NOT NULL DEFAULT 0;
-COMMENT ON COLUMN redpacket.reconciler.probed_through IS
-    'The last activity id the latest pass over all probed for a lost reconcile_state row; the next pass probes the ids after it (0: from the start).';
 -- The counters gain the 1.4 answers (not_eligible, busy), the folded row of
 -- the database (the activities whose counters left shared memory once
 -- settled, or to make room) and when each row started counting.  The OUT
@@ -658,8 +653,7 @@ CREATE FUNCTION redpacket.rp_activity_stats(
     OUT claimed bigint,
     OUT stripe_waits bigint,
     OUT gathers bigint,
-    OUT errors bigint,
-    OUT retryable bigint)
+    OUT errors bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'rp_activity_stats'
 LANGUAGE C VOLATILE SET search_path = pg_catalog, pg_temp;
@@ -668,7 +662,7 @@ COMMENT ON FUNCTION redpacket.rp_activity_stats() IS
 REVOKE ALL ON FUNCTION redpacket.rp_activity_stats() FROM PUBLIC;
 CREATE VIEW redpacket.activity_stats AS
 SELECT activity_id, scope, counting_since, claimed, duplicate, exhausted, frozen, ended,
-       not_started, not_eligible, user_limit, busy, stripe_waits, gathers, errors, retryable
+       not_started, not_eligible, user_limit, busy, stripe_waits, gathers, errors
 FROM redpacket.rp_activity_stats();
 COMMENT ON VIEW redpacket.activity_stats IS
     'Answers and events of this database since the server started, CREATE EXTENSION or rp_stats_reset(): a row per activity in shared memory, plus the folded row (activities whose counters left it: settled, or the least recently active when room was needed) and the untracked row; lost on restart, empty unless redpacket is in shared_preload_libraries. The rows add up to every answer given.';
@@ -686,8 +680,7 @@ COMMENT ON COLUMN redpacket.activity_stats.user_limit IS 'Answers user_limit (th
 COMMENT ON COLUMN redpacket.activity_stats.busy IS 'Answers busy (the claim would have waited behind redpacket.max_waiting others).';
 COMMENT ON COLUMN redpacket.activity_stats.stripe_waits IS 'Times a claim waited for a busy stripe lock.';
 COMMENT ON COLUMN redpacket.activity_stats.gathers IS 'Times a claim locked every stripe to pay from the whole remaining budget.';
-COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error other than a retryable one (bad input, a fault): the count to alert on.';
-COMMENT ON COLUMN redpacket.activity_stats.retryable IS 'Claim calls that failed with an error the caller retries: 40001 serialization failure, 40P01 deadlock, 55P03 lock timeout, 57014 statement timeout or cancel (contention, not a fault).';
+COMMENT ON COLUMN redpacket.activity_stats.errors IS 'Claim calls that raised an error.';
 REVOKE ALL ON redpacket.activity_stats FROM PUBLIC;
 
 -- The reconciler's own record: counters that only grow (so alerts on them
@@ -749,18 +742,6 @@ COMMENT ON COLUMN redpacket.reconcile_problem.since IS 'When the problem was fir
 COMMENT ON COLUMN redpacket.reconcile_problem.reported_at IS 'When it was last reported.';
 REVOKE ALL ON redpacket.reconcile_problem FROM PUBLIC;
 
--- Whether the launcher runs, from shared memory: pg_stat_activity hides the
--- launcher's backend type from a role without pg_read_all_stats.
-CREATE FUNCTION redpacket.rp_launcher_running()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'rp_launcher_running'
-LANGUAGE C STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION redpacket.rp_launcher_running() IS
-    'Whether the redpacket launcher runs on this server (read from shared memory, the same for every role); false when redpacket is not in shared_preload_libraries.';
-REVOKE ALL ON FUNCTION redpacket.rp_launcher_running() FROM PUBLIC;
-INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
-    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_launcher_running()');
-
 -- The reconciler's status: when the next pass is due and whether it is
 -- late, whether a launcher runs at all, the counters, and the activities
 -- that need a person now.  A pass is expected every
@@ -780,7 +761,8 @@ SELECT pg_catalog.current_database() AS database,
            (COALESCE(r.last_pass_finished_at, r.installed_at)
             OPERATOR(pg_catalog.+) (i.every OPERATOR(pg_catalog.*) 2::pg_catalog.float8)) AS overdue,
        i.every AS expected_every,
-       redpacket.rp_launcher_running() AS launcher_running,
+       EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                WHERE a.backend_type OPERATOR(pg_catalog.=) 'redpacket launcher') AS launcher_running,
        r.passes,
        r.checks,
        r.mismatches,
@@ -936,7 +918,6 @@ DECLARE
     mismatches pg_catalog.int8 := 0;
     unchecked pg_catalog.int8 := 0;
     failed pg_catalog.int8[] := '{}';
-    still pg_catalog.int8[];
 BEGIN
     -- SECURITY INVOKER (it commits, so it cannot SET search_path): every name
     -- below is qualified or typed, and the path is pinned for its statements.
@@ -956,29 +937,12 @@ BEGIN
         EXIT WHEN r.left_pending OPERATOR(pg_catalog.=) 0;
         after := r.last_activity;
     END LOOP;
-    -- What earlier passes found and nobody resolved: an activity that has
-    -- not changed since its check failed is not checked again, so the books
-    -- stay wrong without a new mismatch.
-    SELECT pg_catalog.array_agg(o.id ORDER BY o.id) INTO still
-      FROM (SELECT s.activity_id AS id FROM redpacket.reconcile_state s WHERE NOT s.last_ok
-            UNION
-            SELECT a.id FROM redpacket.activity a
-             WHERE pg_catalog.starts_with(a.frozen_reason, 'reconciliation mismatch')
-            UNION
-            SELECT p.activity_id FROM redpacket.reconcile_problem p) o;
     IF mismatches OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'data_corrupted',
             MESSAGE = pg_catalog.format('redpacket reconciliation failed for %s of %s activities', mismatches, checked),
             DETAIL = pg_catalog.format('Failed activities: %s.', pg_catalog.array_to_string(failed, ', ')),
             HINT = 'The failed checks are recorded in redpacket.reconciliation (problems, error); the pass itself was committed.';
-    END IF;
-    IF still IS NOT NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'data_corrupted',
-            MESSAGE = pg_catalog.format('redpacket books of %s activities are still wrong', pg_catalog.cardinality(still)),
-            DETAIL = pg_catalog.format('Activities whose latest check failed, that a check froze, or with an open problem in redpacket.reconcile_problem: %s.', pg_catalog.array_to_string(still, ', ')),
-            HINT = 'Repair them (redpacket.rp_repair_stripes, or restore the missing rows), then redpacket.rp_unfreeze; until then every run fails.';
     END IF;
     IF unchecked OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
@@ -990,7 +954,7 @@ BEGIN
 END;
 $$;
 COMMENT ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) IS
-    'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong or an activity is still wrong from an earlier check (its latest check failed, a check froze it, or it has an open problem) and 55000 when one could not run, so pg_cron records every run as failed until the books are repaired and unfrozen.';
+    'The pass for schedulers (CALL it, outside a transaction block): waits up to lock_wait for a running pass (then SQLSTATE 55P03), checks every pending activity, committing each transaction''s share, then raises XX001 when a check found the books wrong and 55000 when one could not run, so pg_cron records the run as failed.';
 REVOKE ALL ON PROCEDURE redpacket.rp_reconcile_strict(boolean, interval) FROM PUBLIC;
 DELETE FROM redpacket.role_grant
  WHERE privilege OPERATOR(pg_catalog.=) 'EXECUTE ON PROCEDURE redpacket.rp_reconcile_strict(boolean)';
@@ -1253,10 +1217,6 @@ BEGIN
              ORDER BY n LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
                                WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.rel::pg_catalog.regclass);
-        -- On a shard the guard of the rows only the extension changes cannot
-        -- tell the coordinator's statements from a stranger's: a distributed
-        -- table does not keep it (the checks still report what they cover).
-        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS guard ON %s', t.rel::pg_catalog.regclass);
         PERFORM pg_catalog.create_distributed_table(t.rel::pg_catalog.regclass, t.col,
             colocate_with => CASE WHEN t.n OPERATOR(pg_catalog.=) 1 THEN 'none' ELSE 'redpacket.activity' END);
         -- The rows now live in the shards; drop the invisible local copy
@@ -1328,37 +1288,3 @@ COMMENT ON EVENT TRIGGER redpacket_publication_alter IS
     'Before ALTER PUBLICATION redpacket_events ADD TABLE redpacket.claim or redpacket.ledger (from a dump): drops the table from the publication if it is in it without a column list or row filter, so that the command adds it instead of failing.';
 COMMENT ON FUNCTION redpacket.rp_publication_keeper() IS
     'Event trigger function: when CREATE PUBLICATION redpacket_events runs (a restored dump), replaces the one the extension made and puts claim and ledger into it; before ALTER PUBLICATION redpacket_events ADD TABLE of claim or ledger, takes out the copy it put in.';
-
--- [guard] Rows only the extension changes -------------------------------------
--- Activities, stripes, reconciliation state, settlement progress, the
--- eligibility lists, open problems and the reconciler's row change only
--- through the redpacket functions: an UPDATE or DELETE that is not one of the
--- extension's own statements (or of its scripts), and any TRUNCATE, is
--- refused (42501).  An INSERT into a table pg_dump writes out is let through
--- for pg_restore, and the checks report a row that does not belong; the
--- tables that are not dumped (derived or per-database state) refuse it too.
--- With session_replication_role = replica no trigger fires: the checks
--- report what changed then.
-CREATE FUNCTION redpacket.rp_guard() RETURNS trigger
-AS 'MODULE_PATHNAME', 'rp_guard'
-LANGUAGE C;
-COMMENT ON FUNCTION redpacket.rp_guard() IS
-    'Trigger function that refuses a change of a table whose rows only the extension changes (UPDATE, DELETE, TRUNCATE, and INSERT where the trigger fires on it), unless the statement is one of the extension''s own or of its scripts; TRUNCATE always.';
-REVOKE ALL ON FUNCTION redpacket.rp_guard() FROM PUBLIC;
-DO $guard$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['activity', 'stripe', 'reconcile_state', 'eligible'] LOOP
-        EXECUTE pg_catalog.format(
-            'CREATE TRIGGER guard BEFORE UPDATE OR DELETE OR TRUNCATE ON redpacket.%I'
-            ' FOR EACH STATEMENT EXECUTE FUNCTION redpacket.rp_guard()', t);
-    END LOOP;
-    FOREACH t IN ARRAY ARRAY['reconciler', 'role_grant', 'settlement_state', 'settlement_gap',
-                             'reconcile_problem'] LOOP
-        EXECUTE pg_catalog.format(
-            'CREATE TRIGGER guard BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON redpacket.%I'
-            ' FOR EACH STATEMENT EXECUTE FUNCTION redpacket.rp_guard()', t);
-    END LOOP;
-END
-$guard$;

@@ -87,6 +87,7 @@ extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
 #define RP_CATALOG_1_2 102
 #define RP_CATALOG_1_3 103
 #define RP_CATALOG_1_4 104
+#define RP_CATALOG_1_5 105
 extern int	RpCatalogVersion(void);
 
 /* The activity row as rp_claim and friends need it. */

@@ -296,8 +296,8 @@ static RpPlan pass_status_11 = {
 /*
  * 1.4: the counters (the passes over all, then what every pass checked,
  * also of one activity: $6 checks, $7 mismatches, $8 unchecked told, $9
- * settlements) and what the last pass over all found ($10, $11), and
- * where the next one probes for lost state rows ($12).
+ * settlements) and what the last pass over all found ($10, $11); 1.5
+ * also where the next one probes for lost state rows ($12).
  */
 #define RP_PASS_COUNTERS \
 	"       checks = checks OPERATOR(pg_catalog.+) $6," \
@@ -308,11 +308,13 @@ static RpPlan pass_status_11 = {
 	12, {TIMESTAMPTZOID, TIMESTAMPTZOID, NUMERICOID, INT4OID, INT4OID, INT8OID, INT8OID, \
 	INT8OID, INT8OID, INT4OID, INT4OID, INT8OID}
 
-static RpPlan pass_status_14 = {
-	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1,"
-	RP_PASS_COUNTERS ", last_pass_mismatches = $10, last_pass_unchecked = $11,"
-	"       probed_through = $12",
-	RP_PASS_ARGS_14
+#define RP_PASS_STATUS_14 \
+	RP_PASS_STATUS ", passes = passes OPERATOR(pg_catalog.+) 1," \
+	RP_PASS_COUNTERS ", last_pass_mismatches = $10, last_pass_unchecked = $11"
+
+static RpPlan pass_status_14 = {RP_PASS_STATUS_14, RP_PASS_ARGS_14};
+static RpPlan pass_status_15 = {
+	RP_PASS_STATUS_14 ", probed_through = $12", RP_PASS_ARGS_14
 };
 
 static RpPlan pass_counts_14 = {
@@ -852,7 +854,11 @@ CheckBatch(RpPass *pass, int from, int budget)
 	return end;
 }
 
-static RpPlan passes_so_far = {
+/* 1.4 keeps no probe position: each pass probes from the start */
+static RpPlan passes_so_far_14 = {
+	"SELECT r.passes, 0::pg_catalog.int8 FROM redpacket.reconciler r", 0, {InvalidOid}
+};
+static RpPlan passes_so_far_15 = {
 	"SELECT r.passes, r.probed_through FROM redpacket.reconciler r", 0, {InvalidOid}
 };
 
@@ -887,7 +893,8 @@ PassesSoFar(int64 *from, int64 *to, int64 *next)
 	int64		passes;
 	int64		seen;
 
-	if (RpExec(&passes_so_far, NULL, NULL, true, 1) != SPI_OK_SELECT)
+	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_5 ? &passes_so_far_15 : &passes_so_far_14,
+			   NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the reconciler's status");
 	passes = SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
 	*from = SPI_processed == 1 ? RpGetInt64(0, 2, 0) : 0;
@@ -1017,7 +1024,8 @@ RecordPass(const RpPass *pass, bool over)
 	v[9] = Int32GetDatum(pass->mismatches);
 	v[10] = Int32GetDatum(pass->unchecked);
 	v[11] = Int64GetDatum(pass->probe_next);
-	if (RpExec(version < RP_CATALOG_1_4 ? &pass_status_11 : over ? &pass_status_14 : &pass_counts_14,
+	if (RpExec(version < RP_CATALOG_1_4 ? &pass_status_11 : !over ? &pass_counts_14
+			   : version < RP_CATALOG_1_5 ? &pass_status_14 : &pass_status_15,
 			   v, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not record the reconciliation pass");
 }

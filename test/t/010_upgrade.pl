@@ -1,5 +1,5 @@
 # The upgrade path from every released version before the current one (1.0,
-# 1.1, 1.2 and 1.3 today) to the current one.  A database created with
+# 1.1, 1.2, 1.3 and 1.4 today) to the current one.  A database created with
 # CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
 # worker's passes and rp_reconcile all work on the old catalog.  After
@@ -34,7 +34,7 @@ my $node = RedpacketTest::node(
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13 up14);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 # An application and an operator role, granted in every database by the
 # helpers of the version installed there (the dumps compare their grants).
@@ -297,7 +297,7 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
@@ -361,7 +361,7 @@ SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')}, $
 # every update as in a fresh install.
 my $grants_q = q{SELECT string_agg(role_kind || ' ' || privilege, E'\n' ORDER BY role_kind, privilege)
                    FROM redpacket.role_grant};
-for my $db (qw(up10 up11 up12 up13 up13roles))
+for my $db (qw(up10 up11 up12 up13 up14 up13roles))
 {
 	is($node->safe_psql($db, $grants_q), $node->safe_psql('fresh', $grants_q),
 		"$db: role_grant as in a fresh install");

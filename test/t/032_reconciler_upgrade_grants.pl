@@ -1,7 +1,8 @@
 # The update to 1.4 makes rp_activity_stats (new columns), its view
-# activity_stats and rp_reconcile_strict (a lock_wait argument) again.  An
-# operator role granted them by rp_grant_operator under 1.3 gets them back,
-# with what 1.4 adds (rp_verify, reconcile_problem), from rp_regrant() after
+# activity_stats and rp_reconcile_strict (a lock_wait argument) again, and
+# 1.5 the counters once more.  An operator role granted them by
+# rp_grant_operator under 1.3 gets them back, with what 1.4 and 1.5 add
+# (rp_verify, reconcile_problem, rp_launcher_running), from rp_regrant() after
 # ALTER EXTENSION UPDATE, reads the new counters and runs the strict pass as
 # before, and a dump of the database restores those grants.
 use strict;
@@ -36,7 +37,8 @@ is(sql($privs_q), 't|t|t', '1.3: the operator has the counters and the strict pa
 # restore would lose it): rp_regrant(), in the same transaction, gives the
 # operator what rp_grant_operator grants in 1.4.
 sql('ALTER EXTENSION redpacket UPDATE');
-is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"), '1.4', 'updated to 1.4');
+is(sql("SELECT extversion = default_version FROM pg_extension, pg_available_extensions WHERE extname = 'redpacket' AND name = extname"),
+	't', 'updated to the default version');
 my $privs14_q = q{
 SELECT has_table_privilege('op', 'redpacket.activity_stats', 'SELECT'),
        has_function_privilege('op', 'redpacket.rp_activity_stats()', 'EXECUTE'),
@@ -57,6 +59,11 @@ is($rc, 0, 'the operator runs the strict pass') or diag $err;
 	'SELECT ok FROM redpacket.rp_verify(1); SELECT count(*) FROM redpacket.reconcile_problem',
 	extra_params => [ '-U', 'op' ]);
 is($out, "t\n0", 'and rp_verify, reconcile_problem') or diag $err;
+($rc, $out, $err) = $node->psql('postgres',
+	'SELECT launcher_running FROM redpacket.reconciler_status',
+	extra_params => [ '-U', 'op' ]);
+is($out, 't', 'and reconciler_status, whose launcher_running it reads from shared memory')
+  or diag $err;
 
 # The grants survive pg_dump and pg_restore into a new database.
 my $dump = $node->basedir . '/upgraded.dump';
