@@ -39,6 +39,9 @@ SELECT redpacket.rp_top_up(:l, 0.50, 3) AS funded;
 SELECT pg_temp.stripes(:l) AS stripes;
 SELECT redpacket.rp_top_up(:l, 0.11, 0) AS funded;
 SELECT pg_temp.stripes(:l) AS stripes;
+-- every packet a top-up adds brings a minor unit of its own: 0.01 cannot
+-- add 2 packets, however much the activity holds
+SELECT pg_temp.err(format('SELECT redpacket.rp_top_up(%s, 0.01, 2)', :l)) AS too_small_itself;
 SELECT pg_temp.claim(:l, 'u' || g) FROM generate_series(5, 9) g;
 SELECT packets AS created_with FROM redpacket.activity WHERE id = :l;
 SELECT state, total, claimed_count, remaining_packets, packets

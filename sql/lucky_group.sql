@@ -149,3 +149,15 @@ JOIN (SELECT c.activity_id, max(c.u) AS hi,
                  AND cl.amount * 100 = max(c.u)) AS first_hi
         FROM group_claim c GROUP BY c.activity_id) x ON x.activity_id = a.aid
 GROUP BY a.shape ORDER BY a.shape;
+
+-- A reversed claim was never luck: best luck is the largest claim held.
+-- final is false, not NULL, while an activity with no end can still pay;
+-- a NULL or unknown activity is an error.
+SELECT redpacket.rp_create_activity(1.00, 4, stripes => 1, name => 'best luck') AS bl \gset
+SELECT (redpacket.rp_claim(:bl, 'big', 0.50)).claim_id AS big \gset
+SELECT status FROM redpacket.rp_claim(:bl, 'small', 0.10);
+SELECT user_id, amount, final FROM redpacket.rp_best_luck(:bl);
+SELECT redpacket.rp_reverse(:bl, :big, 'sent by mistake') AS reversed;
+SELECT user_id, amount, final FROM redpacket.rp_best_luck(:bl);
+SELECT pg_temp.err('SELECT * FROM redpacket.rp_best_luck(NULL)') AS null_activity;
+SELECT pg_temp.err('SELECT * FROM redpacket.rp_best_luck(-1)') AS unknown_activity;

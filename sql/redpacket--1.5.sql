@@ -1158,22 +1158,38 @@ COMMENT ON FUNCTION redpacket.rp_grant_operator(regrole) IS
 CREATE FUNCTION redpacket.rp_best_luck(activity bigint)
 RETURNS TABLE (claim_id bigint, user_id text, amount numeric, claimed_at timestamptz,
                final boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF activity IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'activity must not be NULL';
+    END IF;
+    -- a reversed claim is not held: it was never luck
+    RETURN QUERY
     SELECT c.claim_id, c.user_id, c.amount, c.claimed_at,
            (a.closed_at IS NOT NULL
-            OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+            OR COALESCE(a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now(), false)
             OR NOT EXISTS (SELECT 1 FROM redpacket.stripe s
                             WHERE s.activity_id OPERATOR(pg_catalog.=) a.id
                               AND s.balance OPERATOR(pg_catalog.>) 0
                               AND (s.packets IS NULL OR s.packets OPERATOR(pg_catalog.>) 0)))
       FROM redpacket.claim c
       JOIN redpacket.activity a ON a.id OPERATOR(pg_catalog.=) c.activity_id
-     WHERE c.activity_id OPERATOR(pg_catalog.=) $1
+     WHERE c.activity_id OPERATOR(pg_catalog.=) rp_best_luck.activity
+       AND NOT EXISTS (SELECT 1 FROM redpacket.claim_settlement r
+                        WHERE r.activity_id OPERATOR(pg_catalog.=) c.activity_id
+                          AND r.claim_id OPERATOR(pg_catalog.=) c.claim_id
+                          AND r.state OPERATOR(pg_catalog.=) 'reversed')
      ORDER BY c.amount DESC, c.claim_id
-     LIMIT 1
+     LIMIT 1;
+    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM redpacket.activity a
+                                  WHERE a.id OPERATOR(pg_catalog.=) rp_best_luck.activity) THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = pg_catalog.format('activity %s does not exist', rp_best_luck.activity);
+    END IF;
+END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_best_luck(bigint) IS
-    'Best luck (手气最佳): the activity''s largest claim (the earliest of them on a tie), and final: true once the activity has ended or closed or has no money or packet left (a later top-up can make it false again). No row before the first claim. Reads every claim of the activity.';
+    'Best luck (手气最佳): the activity''s largest claim held (not reversed; the earliest of them on a tie), and final: true once the activity has ended or closed or has no money or packet left (a later top-up can make it false again), else false. No row before the first claim; 22004 for a NULL activity, P0002 for an unknown one. Reads every claim of the activity.';
 REVOKE ALL ON FUNCTION redpacket.rp_best_luck(bigint) FROM PUBLIC;
 INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
     ('app', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)'),
@@ -2019,7 +2035,7 @@ AS 'MODULE_PATHNAME', 'rp_user_claims'
 LANGUAGE C STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 ROWS 1;
 COMMENT ON FUNCTION redpacket.rp_user_claims(bigint, text) IS
-    'Read-only, for applications: the claims a user holds in an activity (claim_id, amount, claimed_at, request_id), oldest first, found with one index probe; no row when none; errors for bad ids as rp_claim. Granted by rp_grant_app.';
+    'Read-only, for applications: the claims a user holds in an activity (claim_id, amount, claimed_at, request_id), oldest first, found with one index probe; a reversed claim is not held and not listed; no row when none; errors for bad ids as rp_claim. Granted by rp_grant_app.';
 REVOKE ALL ON FUNCTION redpacket.rp_user_claims(bigint, text) FROM PUBLIC;
 
 INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
@@ -2034,9 +2050,11 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
 CREATE FUNCTION redpacket.rp_regrant() RETURNS TABLE (role regrole, kind text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- a role that may call rp_claim is an application role, one that may
-    -- call rp_reconcile an operator role: what rp_grant_app and
-    -- rp_grant_operator gave them
+    -- A role is of a kind when it holds everything the helper of that kind
+    -- granted in every version and that no update made again: rp_grant_app
+    -- (rp_claim, rp_claim_batch) or rp_grant_operator (close, freeze,
+    -- unfreeze, reconcile and SELECT on the tables and activity_status).  A
+    -- role granted some of it by hand is left as it is.
     FOR role, kind IN
         SELECT DISTINCT a.grantee::pg_catalog.regrole, k.kind
           FROM (VALUES ('app', 'redpacket.rp_claim(bigint, text, numeric, text)'),
@@ -2047,6 +2065,20 @@ BEGIN
          WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
            AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
            AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND pg_catalog.has_schema_privilege(a.grantee, 'redpacket', 'USAGE')
+           AND CASE k.kind
+               WHEN 'app' THEN
+                   pg_catalog.has_function_privilege(a.grantee,
+                       'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE')
+               ELSE
+                   pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_close_activity(bigint)', 'EXECUTE')
+                   AND pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_freeze(bigint, text)', 'EXECUTE')
+                   AND pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_unfreeze(bigint)', 'EXECUTE')
+                   AND (SELECT pg_catalog.bool_and(pg_catalog.has_table_privilege(a.grantee, t, 'SELECT'))
+                          FROM pg_catalog.unnest(ARRAY['redpacket.activity', 'redpacket.stripe',
+                               'redpacket.claim', 'redpacket.ledger', 'redpacket.reconcile_state',
+                               'redpacket.reconciliation', 'redpacket.activity_status']) t)
+               END
          ORDER BY 2, 1
     LOOP
         PERFORM redpacket.rp_grant_role(role, kind);
@@ -2055,7 +2087,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_regrant() IS
-    'After ALTER EXTENSION redpacket UPDATE: gives every role that may call rp_claim what rp_grant_app grants now, and every role that may call rp_reconcile what rp_grant_operator grants now; returns them. For the extension owner.';
+    'After ALTER EXTENSION redpacket UPDATE: gives every role rp_grant_app granted (it holds USAGE on the schema, rp_claim and rp_claim_batch) what rp_grant_app grants now, and every role rp_grant_operator granted (USAGE, rp_reconcile, rp_close_activity, rp_freeze, rp_unfreeze and SELECT on the tables and activity_status) what rp_grant_operator grants now; returns them. A role granted only some of these by hand is left as it is. For the extension owner.';
 REVOKE ALL ON FUNCTION redpacket.rp_regrant() FROM PUBLIC;
 
 SELECT redpacket.rp_keep_ids(true);

@@ -439,6 +439,24 @@ SELECT count(*) AS passes, count(*) FILTER (WHERE NOT ok) AS not_ok
 FROM redpacket.rp_reconcile(NULL, true)
 WHERE activity_id IN (:act, :op_act) OR activity_id IN (SELECT clean FROM sec_pair UNION ALL SELECT hostile FROM sec_pair);
 
+-- rp_regrant gives a kind's grants only to a role that holds what the helper
+-- of that kind granted: one an administrator let run rp_reconcile, or
+-- rp_claim, by hand stays as it was (no reversals, no claims batch).
+CREATE ROLE regress_rp_hand_reconcile;
+GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_reconcile;
+GRANT EXECUTE ON FUNCTION redpacket.rp_reconcile(bigint, boolean) TO regress_rp_hand_reconcile;
+CREATE ROLE regress_rp_hand_claim;
+GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_claim;
+GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) TO regress_rp_hand_claim;
+SELECT role, kind FROM redpacket.rp_regrant()
+ WHERE role::text IN ('regress_rp_hand_reconcile', 'regress_rp_hand_claim', 'regress_rp_app', 'regress_rp_operator')
+ ORDER BY kind, role::text;
+SELECT has_function_privilege('regress_rp_hand_reconcile', 'redpacket.rp_reverse(bigint, bigint, text)', 'EXECUTE') AS hand_reconcile_reverses,
+       has_table_privilege('regress_rp_hand_reconcile', 'redpacket.claim', 'SELECT') AS hand_reconcile_reads_claims,
+       has_function_privilege('regress_rp_hand_claim', 'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE') AS hand_claim_batches;
+DROP OWNED BY regress_rp_hand_reconcile, regress_rp_hand_claim;
+DROP ROLE regress_rp_hand_reconcile, regress_rp_hand_claim;
+
 -- Clean up ----------------------------------------------------------------------------
 DROP SCHEMA hostile CASCADE;
 DO $$ BEGIN EXECUTE format('REVOKE CREATE ON DATABASE %I FROM regress_rp_hostile', current_database()); END $$;

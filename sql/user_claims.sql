@@ -25,6 +25,10 @@ SELECT count(*) FROM redpacket.rp_user_claims(:r, 'Bob');
 SELECT count(*) FROM redpacket.rp_user_claims(:r, 'bo');
 -- none yet: no row, no error
 SELECT count(*) FROM redpacket.rp_user_claims(:a, 'dave');
+-- a reversed claim is not held: not listed
+SELECT (redpacket.rp_claim(:a, 'erin', 0.10)).claim_id AS erin \gset
+SELECT redpacket.rp_reverse(:a, :erin, 'sent by mistake') AS reversed;
+SELECT count(*) FROM redpacket.rp_user_claims(:a, 'erin');
 
 -- Bad ids, as rp_claim's.
 SELECT pg_temp.err('SELECT * FROM redpacket.rp_user_claims(NULL, ''alice'')');

@@ -16,32 +16,33 @@ RpNoNull(bool isnull, const char *what)
 				 errmsg("%s must not be NULL", what)));
 }
 
+/* what names the argument: "user_id", or "user_ids[3]" for an element */
 void
-RpCheckUserId(text *user_id)
+RpCheckUserId(text *user_id, const char *what)
 {
 	int			len = VARSIZE_ANY_EXHDR(user_id);
 
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("user_id must not be empty")));
+				 errmsg("%s must not be empty", what)));
 	if (len > RP_MAX_USER_ID_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("user_id is too long"),
+				 errmsg("%s is too long", what),
 				 errdetail("A user_id has at most %d bytes; this one has %d.",
 						   RP_MAX_USER_ID_BYTES, len)));
 }
 
 void
-RpCheckRequestId(text *request_id)
+RpCheckRequestId(text *request_id, const char *what)
 {
 	int			len = request_id ? VARSIZE_ANY_EXHDR(request_id) : 0;
 
 	if (len > RP_MAX_USER_ID_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("request_id is too long"),
+				 errmsg("%s is too long", what),
 				 errdetail("A request_id has at most %d bytes; this one has %d.",
 						   RP_MAX_USER_ID_BYTES, len)));
 }

@@ -400,6 +400,12 @@ rp_top_up(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("packets must not be negative"),
 					 errdetail("Got %d.", packets)));
+		if (packets > units)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("amount is too small for %d more packets", packets),
+					 errdetail("Every packet a top-up adds brings at least one minor unit of it: this one adds " INT64_FORMAT ".",
+							   units)));
 	}
 
 	ChangeLock(&act, "rp_top_up");

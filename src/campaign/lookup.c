@@ -4,7 +4,8 @@
  *		without claiming (rp_user_claims).  They check their arguments as
  *		rp_claim does (args.c) and read with one index probe: the claim's
  *		unique index on (activity_id, user_id, idempotency_key), by its
- *		first two columns.
+ *		first two columns, and one of claim_settlement's primary key per
+ *		claim found (a reversed claim is not held).
  */
 #include "postgres.h"
 
@@ -23,6 +24,10 @@ static RpPlan user_claims = {
 	"  FROM redpacket.claim c"
 	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
 	"   AND c.user_id OPERATOR(pg_catalog.=) $2"
+	"   AND NOT EXISTS (SELECT 1 FROM redpacket.claim_settlement s"
+	"                    WHERE s.activity_id OPERATOR(pg_catalog.=) c.activity_id"
+	"                      AND s.claim_id OPERATOR(pg_catalog.=) c.claim_id"
+	"                      AND s.state OPERATOR(pg_catalog.=) 'reversed')"
 	" ORDER BY c.claim_id",
 	2, {INT8OID, TEXTOID}, NULL, true
 };
@@ -34,9 +39,9 @@ static RpPlan activity_exists = {
 
 /*
  * redpacket.rp_user_claims(activity bigint, user_id text) RETURNS TABLE
- * (claim_id, amount, claimed_at, request_id): the user's claims in the
- * activity, oldest first; no row when the user has none; P0002 when the
- * activity does not exist.
+ * (claim_id, amount, claimed_at, request_id): the claims the user holds in
+ * the activity (not reversed), oldest first; no row when the user has none;
+ * P0002 when the activity does not exist.
  */
 Datum
 rp_user_claims(PG_FUNCTION_ARGS)
@@ -50,7 +55,7 @@ rp_user_claims(PG_FUNCTION_ARGS)
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_id");
 	user_id = PG_GETARG_TEXT_PP(1);
-	RpCheckUserId(user_id);
+	RpCheckUserId(user_id, "user_id");
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (SPI_connect() != SPI_OK_CONNECT)

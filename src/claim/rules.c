@@ -11,18 +11,18 @@
 #include "base/base.h"
 #include "rules.h"
 
-void
-RpCheckRequest(const RpClaimRequest *r)
-{
-	RpCheckUserId(r->user_id);
-	RpCheckRequestId(r->request_id);
-}
-
 /* "amount" for rp_claim, "amounts[3]" for a batch's third element. */
 static const char *
 ArgName(const RpClaimRequest *r, const char *single, const char *array)
 {
 	return r->elem == 0 ? single : psprintf("%s[%d]", array, r->elem);
+}
+
+void
+RpCheckRequest(const RpClaimRequest *r)
+{
+	RpCheckUserId(r->user_id, ArgName(r, "user_id", "user_ids"));
+	RpCheckRequestId(r->request_id, ArgName(r, "request_id", "request_ids"));
 }
 
 void
