@@ -34,6 +34,16 @@
 	"         (WHERE x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)::pg_catalog.int8 AS added_packets" \
 	"  FROM redpacket.ledger x WHERE x.activity_id OPERATOR(pg_catalog.=) " act
 
+/*
+ * The activity's funding entry (at most one row): what the activity row
+ * copies from it (amount as total, packets as the cap, created_at,
+ * created_by).
+ */
+#define RP_SQL_BOOKS_FUND(act) \
+	"SELECT f.amount, f.packets, f.created_at, f.created_by FROM redpacket.ledger f" \
+	" WHERE f.activity_id OPERATOR(pg_catalog.=) " act \
+	"   AND f.kind OPERATOR(pg_catalog.=) 'fund'"
+
 /* The claim row c was not taken back by a reversal. */
 #define RP_SQL_BOOKS_LIVE(c) \
 	"NOT EXISTS (SELECT FROM redpacket.claim_settlement z" \

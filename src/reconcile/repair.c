@@ -47,9 +47,8 @@ PG_FUNCTION_INFO_V1(rp_repair_stripes);
 	"                   COALESCE((SELECT pg_catalog.sum(c.amount) FROM c), 0))" \
 	"                  OPERATOR(pg_catalog.*)" \
 	"                  pg_catalog.power(10::pg_catalog.numeric, a.scale::pg_catalog.numeric) AS units," \
-	"                  COALESCE((SELECT f.packets FROM redpacket.ledger f" \
-	"                             WHERE f.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                               AND f.kind OPERATOR(pg_catalog.=) 'fund'), a.packets)::pg_catalog.int8" \
+	"                  COALESCE((SELECT f.packets FROM (" RP_SQL_BOOKS_FUND("$1") ") f)," \
+	"                           a.packets)::pg_catalog.int8" \
 	"                    OPERATOR(pg_catalog.+) l.added_packets" \
 	"                  OPERATOR(pg_catalog.-) COALESCE((SELECT pg_catalog.sum(c.n) FROM c), 0) AS packets," \
 	"                  COALESCE((SELECT pg_catalog.sum(c.n) FROM c), 0)::pg_catalog.int8 AS claims" \
@@ -91,10 +90,7 @@ static RpPlan want_all = {RP_SQL_WANT("true"), 1, {INT8OID}};
 	"                  total = COALESCE(f.amount, a.total), packets = COALESCE(f.packets, a.packets)," \
 	"                  created_at = COALESCE(f.created_at, a.created_at)," \
 	"                  created_by = COALESCE(f.created_by, a.created_by)" \
-	"             FROM (SELECT) o LEFT JOIN LATERAL (" \
-	"                  SELECT l.amount, l.packets, l.created_at, l.created_by FROM redpacket.ledger l" \
-	"                   WHERE l.activity_id OPERATOR(pg_catalog.=) $1" \
-	"                     AND l.kind OPERATOR(pg_catalog.=) 'fund') f ON true" \
+	"             FROM (SELECT) one LEFT JOIN LATERAL (" RP_SQL_BOOKS_FUND("$1") ") f ON true" \
 	"            WHERE a.id OPERATOR(pg_catalog.=) $1 RETURNING a.revision)," \
 	"     u AS (UPDATE redpacket.stripe s" \
 	"              SET balance = n.balance, packets = n.packets, claims = n.claims," \
