@@ -375,13 +375,16 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     -- A role is of a kind when it holds everything the helper of that kind
     -- granted in every version and that no update made again: rp_grant_app
-    -- (rp_claim, rp_claim_batch) or rp_grant_operator (close, freeze,
-    -- unfreeze, reconcile and SELECT on the tables and activity_status).  A
-    -- role granted some of it by hand is left as it is.
+    -- (rp_claim, rp_claim_batch), rp_grant_operator (close, freeze,
+    -- unfreeze, reconcile and SELECT on the tables and activity_status) or
+    -- rp_grant_sender (top up, close, move the window; an operator has these
+    -- too, and stays an operator).  A role granted some of it by hand is left
+    -- as it is.
     FOR role, kind IN
         SELECT DISTINCT a.grantee::pg_catalog.regrole, k.kind
           FROM (VALUES ('app', 'redpacket.rp_claim(bigint, text, numeric, text)'),
-                       ('operator', 'redpacket.rp_reconcile(bigint, boolean)')) k(kind, fn)
+                       ('operator', 'redpacket.rp_reconcile(bigint, boolean)'),
+                       ('sender', 'redpacket.rp_top_up(bigint, numeric, integer, text)')) k(kind, fn)
           JOIN pg_catalog.pg_proc p
             ON p.oid OPERATOR(pg_catalog.=) k.fn::pg_catalog.regprocedure
          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
@@ -393,6 +396,11 @@ BEGIN
                WHEN 'app' THEN
                    pg_catalog.has_function_privilege(a.grantee,
                        'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE')
+               WHEN 'sender' THEN
+                   pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_close_activity(bigint)', 'EXECUTE')
+                   AND pg_catalog.has_function_privilege(a.grantee,
+                       'redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)', 'EXECUTE')
+                   AND NOT pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_reconcile(bigint, boolean)', 'EXECUTE')
                ELSE
                    pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_close_activity(bigint)', 'EXECUTE')
                    AND pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_freeze(bigint, text)', 'EXECUTE')
@@ -410,7 +418,36 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_regrant() IS
-    'After ALTER EXTENSION redpacket UPDATE: gives every role rp_grant_app granted (it holds USAGE on the schema, rp_claim and rp_claim_batch) what rp_grant_app grants now, and every role rp_grant_operator granted (USAGE, rp_reconcile, rp_close_activity, rp_freeze, rp_unfreeze and SELECT on the tables and activity_status) what rp_grant_operator grants now; returns them. A role granted only some of these by hand is left as it is. For the extension owner.';
+    'After ALTER EXTENSION redpacket UPDATE: gives every role rp_grant_app granted (it holds USAGE on the schema, rp_claim and rp_claim_batch) what rp_grant_app grants now, and every role rp_grant_operator granted (USAGE, rp_reconcile, rp_close_activity, rp_freeze, rp_unfreeze and SELECT on the tables and activity_status) what rp_grant_operator grants now, and every role rp_grant_sender granted (USAGE, rp_top_up, rp_close_activity and rp_set_window, not rp_reconcile) what it grants now; returns them. A role granted only some of these by hand is left as it is. For the extension owner.';
+
+-- The sender kind of role.
+ALTER TABLE redpacket.role_grant DROP CONSTRAINT role_grant_role_kind_check,
+    ADD CONSTRAINT role_grant_role_kind_check CHECK (role_kind IN ('app', 'operator', 'wallet', 'sender'));
+COMMENT ON COLUMN redpacket.role_grant.role_kind IS 'app (rp_grant_app), operator (rp_grant_operator), wallet (rp_grant_wallet) or sender (rp_grant_sender).';
+COMMENT ON FUNCTION redpacket.rp_grant_role(regrole, text) IS
+    'Grants a role USAGE on the schema and every privilege redpacket.role_grant lists for its kind (app, operator, wallet, sender). Used by the rp_grant_* helpers; for the extension owner.';
+-- A sender's role: what a service that sends group packets needs and no
+-- more.  It creates activities, tops them up, lists who may claim, moves
+-- their window, closes them, and reads what an application may show; it
+-- withdraws, reverses, freezes, repairs and reads tables not at all.
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_top_up(bigint, numeric, integer, text)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_allow(bigint, text[])'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_disallow(bigint, text[])'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_close_activity(bigint)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_activity_info(bigint, text)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_best_luck(bigint)'),
+    ('sender', 'EXECUTE ON FUNCTION redpacket.rp_user_claims(bigint, text)');
+CREATE FUNCTION redpacket.rp_grant_sender(role regrole) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT redpacket.rp_grant_role(role, 'sender');
+END;
+COMMENT ON FUNCTION redpacket.rp_grant_sender(regrole) IS
+    'Grants a sending service''s role USAGE on the schema and what redpacket.role_grant lists for sender: rp_create_activity, rp_top_up, rp_allow, rp_disallow, rp_set_window, rp_close_activity and the lookups an application has (rp_activity_info, rp_best_luck, rp_user_claims); no withdrawal, reversal, freeze, repair or table. It acts on every activity of the database.';
+REVOKE ALL ON FUNCTION redpacket.rp_grant_sender(regrole) FROM PUBLIC;
 
 -- [guard] Rows only the extension changes -------------------------------------
 -- Activities, stripes, reconciliation state, settlement progress, the

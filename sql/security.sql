@@ -71,9 +71,11 @@ CREATE ROLE regress_rp_operator LOGIN;
 CREATE ROLE regress_rp_nobody LOGIN;
 CREATE ROLE regress_rp_usage LOGIN;
 CREATE ROLE regress_rp_hostile LOGIN;
+CREATE ROLE regress_rp_sender LOGIN;
 SELECT redpacket.rp_grant_app('regress_rp_app');
 SELECT redpacket.rp_grant_app('regress_rp_hostile');
 SELECT redpacket.rp_grant_operator('regress_rp_operator');
+SELECT redpacket.rp_grant_sender('regress_rp_sender');
 -- USAGE on the schema alone is not enough to claim.
 GRANT USAGE ON SCHEMA redpacket TO regress_rp_usage;
 
@@ -96,11 +98,12 @@ SELECT has_schema_privilege('public', 'redpacket', 'USAGE') AS public_usage,
        has_schema_privilege('public', 'redpacket', 'CREATE') AS public_create;
 
 -- What each role may execute: the application role rp_claim and
--- rp_claim_batch only; the operator the admin functions; nobody the grant
--- helpers (they are for the owner).
+-- rp_claim_batch only; the operator the admin functions; the sender what
+-- sending a packet takes; nobody the grant helpers (they are for the owner).
 SELECT func,
        has_function_privilege('regress_rp_app', oid, 'EXECUTE') AS app,
        has_function_privilege('regress_rp_operator', oid, 'EXECUTE') AS operator,
+       has_function_privilege('regress_rp_sender', oid, 'EXECUTE') AS sender,
        has_function_privilege('regress_rp_usage', oid, 'EXECUTE') AS usage_only
 FROM rp_funcs ORDER BY func;
 
@@ -180,6 +183,44 @@ ROLLBACK;
 SELECT pg_temp.try(format('SELECT redpacket.rp_claim(%s, %L, 1.00)', :act, 'operator-1')) AS operator_claim;
 SELECT pg_temp.try('SELECT setval(''redpacket.claim_id_seq'', 1)') AS operator_setval;
 RESET ROLE;
+
+-- Sender role -------------------------------------------------------------------
+-- It sends a packet end to end: creates it, lists and unlists who may claim,
+-- tops it up, moves its window, reads it as an application does, closes it.
+SET ROLE regress_rp_sender;
+SELECT redpacket.rp_create_activity(6.00, 3, stripes => 1, restricted => true, name => 'sender made') AS snd_act \gset
+SELECT redpacket.rp_allow(:snd_act, ARRAY['s-1', 's-2']) AS allowed;
+SELECT redpacket.rp_disallow(:snd_act, ARRAY['s-2']) AS disallowed;
+SELECT redpacket.rp_top_up(:snd_act, 3.00, 1) AS funded;
+SELECT redpacket.rp_set_window(:snd_act, now() - interval '1 minute', NULL, 'open now');
+RESET ROLE;
+SELECT status FROM redpacket.rp_claim(:snd_act, 's-1', 1.00);
+SET ROLE regress_rp_sender;
+SELECT state, remaining_amount, remaining_packets, total, packets, eligible
+  FROM redpacket.rp_activity_info(:snd_act, 's-2');
+SELECT user_id, amount, final FROM redpacket.rp_best_luck(:snd_act);
+SELECT amount FROM redpacket.rp_user_claims(:snd_act, 's-1');
+-- Nothing else: no table, no withdrawal, reversal, freeze, repair or claim.
+BEGIN;
+SELECT * FROM pg_temp.table_attempts();
+ROLLBACK;
+SELECT fn, pg_temp.try(q) AS outcome
+FROM (VALUES
+    ('rp_withdraw', format('SELECT redpacket.rp_withdraw(%s, 1.00)', :snd_act)),
+    ('rp_reverse', format('SELECT redpacket.rp_reverse(%s, 1, %L)', :snd_act, 'sender says so')),
+    ('rp_freeze', format('SELECT redpacket.rp_freeze(%s, %L)', :snd_act, 'sender says so')),
+    ('rp_unfreeze', format('SELECT redpacket.rp_unfreeze(%s)', :snd_act)),
+    ('rp_repair_stripes', format('SELECT redpacket.rp_repair_stripes(%s, %L)', :snd_act, 'sender says so')),
+    ('rp_reconcile', format('SELECT count(*) FROM redpacket.rp_reconcile(%s, true)', :snd_act)),
+    ('rp_claim', format('SELECT redpacket.rp_claim(%s, %L, 1.00)', :snd_act, 's-1')),
+    ('rp_credited', format('SELECT redpacket.rp_credited(%s, ARRAY[1]::bigint[])', :snd_act)),
+    ('rp_pending_credits', 'SELECT count(*) FROM redpacket.rp_pending_credits()'),
+    ('rp_grant_sender', 'SELECT redpacket.rp_grant_sender(''regress_rp_nobody'')'),
+    ('activity_status', 'SELECT count(*) FROM redpacket.activity_status')
+) v(fn, q);
+SELECT redpacket.rp_close_activity(:snd_act) AS returned;
+RESET ROLE;
+SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :snd_act ORDER BY entry_id;
 
 -- Append-only, even for the owner --------------------------------------------------
 -- A claim, a ledger entry and a reconciliation record exist, so the row
@@ -449,7 +490,8 @@ CREATE ROLE regress_rp_hand_claim;
 GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_claim;
 GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) TO regress_rp_hand_claim;
 SELECT role, kind FROM redpacket.rp_regrant()
- WHERE role::text IN ('regress_rp_hand_reconcile', 'regress_rp_hand_claim', 'regress_rp_app', 'regress_rp_operator')
+ WHERE role::text IN ('regress_rp_hand_reconcile', 'regress_rp_hand_claim', 'regress_rp_app', 'regress_rp_operator',
+                     'regress_rp_sender')
  ORDER BY kind, role::text;
 SELECT has_function_privilege('regress_rp_hand_reconcile', 'redpacket.rp_reverse(bigint, bigint, text)', 'EXECUTE') AS hand_reconcile_reverses,
        has_table_privilege('regress_rp_hand_reconcile', 'redpacket.claim', 'SELECT') AS hand_reconcile_reads_claims,
@@ -460,5 +502,5 @@ DROP ROLE regress_rp_hand_reconcile, regress_rp_hand_claim;
 -- Clean up ----------------------------------------------------------------------------
 DROP SCHEMA hostile CASCADE;
 DO $$ BEGIN EXECUTE format('REVOKE CREATE ON DATABASE %I FROM regress_rp_hostile', current_database()); END $$;
-DROP OWNED BY regress_rp_app, regress_rp_operator, regress_rp_nobody, regress_rp_usage, regress_rp_hostile;
-DROP ROLE regress_rp_app, regress_rp_operator, regress_rp_nobody, regress_rp_usage, regress_rp_hostile;
+DROP OWNED BY regress_rp_app, regress_rp_operator, regress_rp_nobody, regress_rp_usage, regress_rp_hostile, regress_rp_sender;
+DROP ROLE regress_rp_app, regress_rp_operator, regress_rp_nobody, regress_rp_usage, regress_rp_hostile, regress_rp_sender;
