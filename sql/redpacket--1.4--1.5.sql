@@ -449,6 +449,37 @@ COMMENT ON FUNCTION redpacket.rp_grant_sender(regrole) IS
     'Grants a sending service''s role USAGE on the schema and what redpacket.role_grant lists for sender: rp_create_activity, rp_top_up, rp_allow, rp_disallow, rp_set_window, rp_close_activity and the lookups an application has (rp_activity_info, rp_best_luck, rp_user_claims); no withdrawal, reversal, freeze, repair or table. It acts on every activity of the database.';
 REVOKE ALL ON FUNCTION redpacket.rp_grant_sender(regrole) FROM PUBLIC;
 
+-- The claims a wallet acknowledged under one reference: how a wallet that
+-- keeps no inbox recovers a batch it acknowledged and may not have paid
+-- (it notes the reference before rp_credited, pays what this returns).
+CREATE INDEX claim_settlement_reference ON redpacket.claim_settlement (reference)
+    WHERE reference IS NOT NULL;
+COMMENT ON INDEX redpacket.claim_settlement_reference IS
+    'Credits by the wallet''s reference: what rp_credits reads.';
+CREATE FUNCTION redpacket.rp_credits(reference text)
+RETURNS TABLE (activity_id bigint, claim_id bigint, user_id text, amount numeric)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF reference IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'reference must not be NULL';
+    END IF;
+    RETURN QUERY
+    SELECT s.activity_id, s.claim_id, c.user_id, c.amount
+      FROM redpacket.claim_settlement s
+      JOIN redpacket.claim c ON c.activity_id OPERATOR(pg_catalog.=) s.activity_id
+                            AND c.claim_id OPERATOR(pg_catalog.=) s.claim_id
+     WHERE s.reference OPERATOR(pg_catalog.=) rp_credits.reference
+       AND s.state OPERATOR(pg_catalog.=) 'credited'
+     ORDER BY s.activity_id, s.claim_id;
+END;
+$$;
+COMMENT ON FUNCTION redpacket.rp_credits(text) IS
+    'The claims rp_credited recorded as credited under this reference (activity_id, claim_id, user_id, amount), by activity and claim: what a wallet that noted the reference before acknowledging pays after a crash. No row for an unknown reference; 22004 for NULL. Granted by rp_grant_wallet and rp_grant_operator.';
+REVOKE ALL ON FUNCTION redpacket.rp_credits(text) FROM PUBLIC;
+INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
+    ('wallet', 'EXECUTE ON FUNCTION redpacket.rp_credits(text)'),
+    ('operator', 'EXECUTE ON FUNCTION redpacket.rp_credits(text)');
+
 -- [guard] Rows only the extension changes -------------------------------------
 -- Activities, stripes, reconciliation state, settlement progress, the
 -- eligibility lists, open problems and the reconciler's row change only

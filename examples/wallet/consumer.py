@@ -83,10 +83,11 @@ def mark_reversed(wallet, activity, ids):
     wallet.commit()
 
 
-def acknowledge(rp, wallet, activity, ids, reference, stats):
+def acknowledge(rp, activity, ids, reference, stats, on_reversed):
     """rp_credited for ids; returns the ids acknowledged (the reversed ones
-    left out).  Any other refusal (an unknown claim: the wallet and the books
-    disagree) stops the program: an operator must look."""
+    left out, after on_reversed(their ids)).  Any other refusal (an unknown
+    claim: the wallet and the books disagree) stops the program: an operator
+    must look.  poller.py uses it too."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         if not ids:
             return ids
@@ -101,7 +102,7 @@ def acknowledge(rp, wallet, activity, ids, reference, stats):
                 gone = reversed_among(rp, activity, ids)
                 if not gone:
                     raise
-                mark_reversed(wallet, activity, gone)
+                on_reversed(gone)
                 stats["reversed_skipped"] += len(gone)
                 ids = [i for i in ids if i not in gone]
                 continue
@@ -152,7 +153,8 @@ def drain_once(args, wallet, rp, stats):
     for activity, ids in by_activity.items():
         stats["batches"] += 1
         reference = "wallet-example:%d:%d" % (os.getpid(), stats["batches"])
-        ids = acknowledge(rp, wallet, activity, ids, reference, stats)
+        ids = acknowledge(rp, activity, ids, reference, stats,
+                          lambda gone: mark_reversed(wallet, activity, gone))
         die_if(args, "ack", stats)
         if ids:
             pay(wallet, activity, ids, stats)
