@@ -2365,6 +2365,119 @@ INSERT INTO redpacket.role_grant (role_kind, privilege) VALUES
     ('wallet', 'EXECUTE ON FUNCTION redpacket.rp_credits(text)'),
     ('operator', 'EXECUTE ON FUNCTION redpacket.rp_credits(text)');
 
+-- The uncredited alert: the passes look for claims neither credited nor
+-- reversed longer than redpacket.credit_deadline, a window of activities a
+-- pass, in turn from reconciler.credit_probed_through, and report them as
+-- the problem uncredited (never a freeze: the money is in the claims).
+ALTER TABLE redpacket.reconciler ADD COLUMN credit_probed_through bigint NOT NULL DEFAULT 0;
+COMMENT ON COLUMN redpacket.reconciler.credit_probed_through IS
+    'The last activity id the latest pass looked at for claims uncredited past redpacket.credit_deadline; the next pass looks at the ids after it (0: from the start).';
+CREATE OR REPLACE VIEW redpacket.activity_status AS
+SELECT a.id,
+       a.name,
+       CASE
+           WHEN a.frozen_reason IS NOT NULL THEN 'frozen'
+           WHEN a.closed_at IS NOT NULL
+                OR a.ends_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN 'ended'
+           WHEN a.starts_at OPERATOR(pg_catalog.>) pg_catalog.now() THEN 'scheduled'
+           WHEN s.balance OPERATOR(pg_catalog.=) 0
+                OR s.packets OPERATOR(pg_catalog.=) 0 THEN 'exhausted'
+           ELSE 'active'
+       END AS state,
+       a.scale,
+       l.funded AS total,
+       l.funded OPERATOR(pg_catalog.-) l.returned
+                OPERATOR(pg_catalog.-) s.remaining AS claimed_amount,
+       s.claims AS claimed_count,
+       s.remaining AS remaining_amount,
+       s.packets AS remaining_packets,
+       a.stripes,
+       a.starts_at,
+       a.ends_at,
+       p.checked_at AS last_reconciled_at,
+       p.ok AS last_reconcile_ok,
+       a.frozen_reason,
+       (SELECT rs.last_full_check_at FROM redpacket.reconcile_state rs
+         WHERE rs.activity_id OPERATOR(pg_catalog.=) a.id) AS last_full_check_at,
+       (a.packets OPERATOR(pg_catalog.+) l.added_packets)::pg_catalog.int8 AS packets,
+       a.restricted,
+       u.since AS unchecked_since,
+       u.error AS last_check_error,
+       (SELECT q.since FROM redpacket.reconcile_problem q
+         WHERE q.activity_id OPERATOR(pg_catalog.=) a.id
+           AND q.problem OPERATOR(pg_catalog.=) 'uncredited') AS uncredited_since
+FROM redpacket.activity a
+CROSS JOIN LATERAL (
+    SELECT pg_catalog.sum(st.balance) AS balance,
+           pg_catalog.sum(st.packets) AS packets,
+           pg_catalog.sum(st.claims) AS claims,
+           pg_catalog.round(pg_catalog.sum(st.balance)::numeric
+                            OPERATOR(pg_catalog./) (10::numeric OPERATOR(pg_catalog.^) a.scale),
+                            a.scale) AS remaining
+    FROM redpacket.stripe st
+    WHERE st.activity_id OPERATOR(pg_catalog.=) a.id) s
+CROSS JOIN LATERAL (
+    SELECT COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}')), 0)
+           OPERATOR(pg_catalog.-)
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'withdraw'), 0) AS funded,
+           COALESCE(pg_catalog.sum(g.amount) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) ANY ('{return,refund}')), 0) AS returned,
+           COALESCE(pg_catalog.sum(g.packets) FILTER
+                        (WHERE g.kind OPERATOR(pg_catalog.=) 'top_up'), 0) AS added_packets
+    FROM redpacket.ledger g
+    WHERE g.activity_id OPERATOR(pg_catalog.=) a.id) l
+LEFT JOIN LATERAL (
+    SELECT rc.checked_at, rc.ok, rc.pass_id
+    FROM redpacket.reconciliation rc
+    WHERE rc.activity_id OPERATOR(pg_catalog.=) a.id
+      AND NOT COALESCE(rc.problems OPERATOR(pg_catalog.@>) '{error}'::pg_catalog.text[], false)
+    ORDER BY rc.pass_id DESC
+    LIMIT 1) p ON true
+LEFT JOIN LATERAL (
+    SELECT pg_catalog.min(e.checked_at) AS since,
+           (pg_catalog.array_agg(e.error ORDER BY e.pass_id DESC))[1] AS error
+    FROM redpacket.reconciliation e
+    WHERE e.activity_id OPERATOR(pg_catalog.=) a.id
+      AND e.pass_id OPERATOR(pg_catalog.>) COALESCE(p.pass_id, 0)
+      AND e.problems OPERATOR(pg_catalog.@>) '{error}'::pg_catalog.text[]) u ON true;
+COMMENT ON COLUMN redpacket.activity_status.uncredited_since IS 'Since when claims of this activity stay neither credited nor reversed longer than redpacket.credit_deadline (the problem uncredited); NULL when none, or when the deadline is off.';
+CREATE OR REPLACE VIEW redpacket.reconciler_status AS
+SELECT pg_catalog.current_database() AS database,
+       r.last_pass_started_at,
+       r.last_pass_finished_at,
+       pg_catalog.round(r.last_pass_ms, 3) AS last_pass_ms,
+       r.activities_checked,
+       r.failures,
+       COALESCE(r.last_pass_finished_at, r.installed_at) OPERATOR(pg_catalog.+) i.every AS next_due_at,
+       f.last_full_check_at,
+       pg_catalog.now() OPERATOR(pg_catalog.>)
+           (COALESCE(r.last_pass_finished_at, r.installed_at)
+            OPERATOR(pg_catalog.+) (i.every OPERATOR(pg_catalog.*) 2::pg_catalog.float8)) AS overdue,
+       i.every AS expected_every,
+       redpacket.rp_launcher_running() AS launcher_running,
+       r.passes,
+       r.checks,
+       r.mismatches,
+       r.unchecked,
+       r.settlements,
+       r.last_pass_mismatches,
+       r.last_pass_unchecked,
+       (SELECT pg_catalog.count(*) FROM redpacket.reconcile_state s WHERE NOT s.last_ok) AS failing,
+       (SELECT pg_catalog.count(*) FROM redpacket.reconcile_problem p
+         WHERE p.problem OPERATOR(pg_catalog.=) 'incomplete') AS incomplete,
+       (SELECT pg_catalog.count(*) FROM redpacket.reconcile_problem p
+         WHERE p.problem OPERATOR(pg_catalog.=) 'uncredited') AS uncredited
+FROM (SELECT CASE WHEN s.every OPERATOR(pg_catalog.>) '0'::pg_catalog.interval THEN s.every
+                  ELSE '60 s'::pg_catalog.interval END AS every
+        FROM (SELECT COALESCE(pg_catalog.current_setting('redpacket.reconcile_interval', true),
+                              '60')::pg_catalog.interval AS every) s) i
+LEFT JOIN redpacket.reconciler r ON true
+CROSS JOIN (SELECT pg_catalog.min(s.last_full_check_at) AS last_full_check_at
+              FROM redpacket.reconcile_state s) f;
+COMMENT ON COLUMN redpacket.reconciler_status.uncredited IS 'Activities with claims neither credited nor reversed longer than redpacket.credit_deadline (reconcile_problem).';
+
 -- [guard] Rows only the extension changes -------------------------------------
 -- Activities, stripes, reconciliation state, settlement progress, the
 -- eligibility lists, open problems and the reconciler's row change only

@@ -54,6 +54,7 @@
 #include "alert.h"
 #include "check.h"
 #include "pass.h"
+#include "uncredited.h"
 
 PG_FUNCTION_INFO_V1(rp_reconcile);
 PG_FUNCTION_INFO_V1(rp_reconcile_step);
@@ -1035,6 +1036,7 @@ void
 RpPassRecord(const RpPass *pass)
 {
 	RecordPass(pass, true);
+	RpUncreditedLook();
 	if (pass->checked > 0)
 		elog(DEBUG1, "redpacket reconciliation pass: %d activities (%d settled) in %d batches and %d alone, %ld ms (listing %ld ms, batches %ld ms)",
 			 pass->checked, pass->settlements, pass->batches, pass->alone,
@@ -1308,6 +1310,8 @@ RpReconcileInit(void)
 							 &rp_restoring,
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
+
+	RpUncreditedInit();
 }
 
 Datum

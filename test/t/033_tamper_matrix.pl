@@ -236,6 +236,7 @@ replica reconciler UPDATE activities_checked
 replica reconciler UPDATE failures
 replica reconciler UPDATE passes
 replica reconciler UPDATE probed_through
+replica reconciler UPDATE credit_probed_through
 replica reconciler UPDATE installed_at
 replica reconciler UPDATE checks
 replica reconciler UPDATE mismatches
