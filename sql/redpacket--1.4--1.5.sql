@@ -373,43 +373,69 @@ COMMENT ON FUNCTION redpacket.rp_user_claims(bigint, text) IS
 CREATE OR REPLACE FUNCTION redpacket.rp_regrant() RETURNS TABLE (role regrole, kind text)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- A role is of a kind when it holds everything the helper of that kind
-    -- granted in every version and that no update made again: rp_grant_app
-    -- (rp_claim, rp_claim_batch), rp_grant_operator (close, freeze,
-    -- unfreeze, reconcile and SELECT on the tables and activity_status) or
-    -- rp_grant_sender (top up, close, move the window; an operator has these
-    -- too, and stays an operator).  A role granted some of it by hand is left
-    -- as it is.
+    -- A role is of a kind when it holds, in its own grants (not through a
+    -- role it belongs to), USAGE on the schema and every marker of the kind:
+    -- what each version's helper of the kind granted that no update made
+    -- again.  rp_grant_app: rp_claim and rp_claim_batch; rp_grant_operator:
+    -- close, freeze, unfreeze, reconcile and SELECT on the tables and
+    -- activity_status; rp_grant_wallet (1.4): rp_credited,
+    -- rp_pending_credits and SELECT on the published tables;
+    -- rp_grant_sender (1.5): all it grants.  An operator holds the sender's
+    -- markers too and stays an operator.  A role granted some of them by
+    -- hand is left as it is.
     FOR role, kind IN
-        SELECT DISTINCT a.grantee::pg_catalog.regrole, k.kind
-          FROM (VALUES ('app', 'redpacket.rp_claim(bigint, text, numeric, text)'),
-                       ('operator', 'redpacket.rp_reconcile(bigint, boolean)'),
-                       ('sender', 'redpacket.rp_top_up(bigint, numeric, integer, text)')) k(kind, fn)
-          JOIN pg_catalog.pg_proc p
-            ON p.oid OPERATOR(pg_catalog.=) k.fn::pg_catalog.regprocedure
-         CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-         WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-           AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
-           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-           AND pg_catalog.has_schema_privilege(a.grantee, 'redpacket', 'USAGE')
-           AND CASE k.kind
-               WHEN 'app' THEN
-                   pg_catalog.has_function_privilege(a.grantee,
-                       'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE')
-               WHEN 'sender' THEN
-                   pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_close_activity(bigint)', 'EXECUTE')
-                   AND pg_catalog.has_function_privilege(a.grantee,
-                       'redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)', 'EXECUTE')
-                   AND NOT pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_reconcile(bigint, boolean)', 'EXECUTE')
-               ELSE
-                   pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_close_activity(bigint)', 'EXECUTE')
-                   AND pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_freeze(bigint, text)', 'EXECUTE')
-                   AND pg_catalog.has_function_privilege(a.grantee, 'redpacket.rp_unfreeze(bigint)', 'EXECUTE')
-                   AND (SELECT pg_catalog.bool_and(pg_catalog.has_table_privilege(a.grantee, t, 'SELECT'))
-                          FROM pg_catalog.unnest(ARRAY['redpacket.activity', 'redpacket.stripe',
-                               'redpacket.claim', 'redpacket.ledger', 'redpacket.reconcile_state',
-                               'redpacket.reconciliation', 'redpacket.activity_status']) t)
-               END
+        WITH marker (kind, is_fn, obj) AS (VALUES
+            ('app', true, 'redpacket.rp_claim(bigint, text, numeric, text)'),
+            ('app', true, 'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])'),
+            ('operator', true, 'redpacket.rp_reconcile(bigint, boolean)'),
+            ('operator', true, 'redpacket.rp_close_activity(bigint)'),
+            ('operator', true, 'redpacket.rp_freeze(bigint, text)'),
+            ('operator', true, 'redpacket.rp_unfreeze(bigint)'),
+            ('operator', false, 'redpacket.activity'), ('operator', false, 'redpacket.stripe'),
+            ('operator', false, 'redpacket.claim'), ('operator', false, 'redpacket.ledger'),
+            ('operator', false, 'redpacket.reconcile_state'), ('operator', false, 'redpacket.reconciliation'),
+            ('operator', false, 'redpacket.activity_status'),
+            ('wallet', true, 'redpacket.rp_credited(bigint, bigint[], text)'),
+            ('wallet', true, 'redpacket.rp_pending_credits(bigint, interval)'),
+            ('wallet', false, 'redpacket.claim'), ('wallet', false, 'redpacket.ledger'),
+            ('wallet', false, 'redpacket.activity_change'), ('wallet', false, 'redpacket.claim_settlement'),
+            ('sender', true, 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+            ('sender', true, 'redpacket.rp_top_up(bigint, numeric, integer, text)'),
+            ('sender', true, 'redpacket.rp_allow(bigint, text[])'),
+            ('sender', true, 'redpacket.rp_disallow(bigint, text[])'),
+            ('sender', true, 'redpacket.rp_set_window(bigint, timestamptz, timestamptz, text)'),
+            ('sender', true, 'redpacket.rp_close_activity(bigint)'),
+            ('sender', true, 'redpacket.rp_activity_info(bigint, text)'),
+            ('sender', true, 'redpacket.rp_best_luck(bigint)'),
+            ('sender', true, 'redpacket.rp_user_claims(bigint, text)')),
+        m AS (SELECT x.kind, CASE WHEN x.is_fn THEN x.obj::pg_catalog.regprocedure::pg_catalog.oid
+                                  ELSE x.obj::pg_catalog.regclass::pg_catalog.oid END AS oid
+                FROM marker x),
+        held AS (SELECT a.grantee, p.oid FROM pg_catalog.pg_proc p,
+                        pg_catalog.aclexplode(p.proacl) a
+                  WHERE p.pronamespace OPERATOR(pg_catalog.=) 'redpacket'::pg_catalog.regnamespace
+                    AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+                 UNION ALL
+                 SELECT a.grantee, c.oid FROM pg_catalog.pg_class c,
+                        pg_catalog.aclexplode(c.relacl) a
+                  WHERE c.relnamespace OPERATOR(pg_catalog.=) 'redpacket'::pg_catalog.regnamespace
+                    AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'),
+        users AS (SELECT a.grantee FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+                   WHERE n.nspname OPERATOR(pg_catalog.=) 'redpacket'
+                     AND a.privilege_type OPERATOR(pg_catalog.=) 'USAGE'
+                     AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+                     AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner),
+        kinds AS (SELECT u.grantee, k.kind
+                    FROM users u CROSS JOIN (SELECT DISTINCT x.kind FROM m x) k
+                   WHERE NOT EXISTS (SELECT FROM m x
+                                      WHERE x.kind OPERATOR(pg_catalog.=) k.kind
+                                        AND NOT EXISTS (SELECT FROM held h
+                                                         WHERE h.grantee OPERATOR(pg_catalog.=) u.grantee
+                                                           AND h.oid OPERATOR(pg_catalog.=) x.oid)))
+        SELECT DISTINCT k.grantee::pg_catalog.regrole, k.kind FROM kinds k
+         WHERE k.kind OPERATOR(pg_catalog.<>) 'sender'
+            OR NOT EXISTS (SELECT FROM kinds o WHERE o.grantee OPERATOR(pg_catalog.=) k.grantee
+                              AND o.kind OPERATOR(pg_catalog.=) 'operator')
          ORDER BY 2, 1
     LOOP
         PERFORM redpacket.rp_grant_role(role, kind);
@@ -418,7 +444,7 @@ BEGIN
 END;
 $$;
 COMMENT ON FUNCTION redpacket.rp_regrant() IS
-    'After ALTER EXTENSION redpacket UPDATE: gives every role rp_grant_app granted (it holds USAGE on the schema, rp_claim and rp_claim_batch) what rp_grant_app grants now, and every role rp_grant_operator granted (USAGE, rp_reconcile, rp_close_activity, rp_freeze, rp_unfreeze and SELECT on the tables and activity_status) what rp_grant_operator grants now, and every role rp_grant_sender granted (USAGE, rp_top_up, rp_close_activity and rp_set_window, not rp_reconcile) what it grants now; returns them. A role granted only some of these by hand is left as it is. For the extension owner.';
+    'After ALTER EXTENSION redpacket UPDATE: gives every role that a helper granted what that helper grants now, and returns them. A role counts as granted by rp_grant_app, rp_grant_operator, rp_grant_wallet or rp_grant_sender when it holds in its own grants (not through a role it belongs to) USAGE on the schema and everything every version''s helper of that kind gave (app: rp_claim, rp_claim_batch; operator: close, freeze, unfreeze, reconcile and SELECT on the tables and activity_status; wallet: rp_credited, rp_pending_credits and SELECT on the published tables; sender: all it grants, unless it is an operator). A role granted only some of these by hand is left as it is. For the extension owner.';
 
 -- The sender kind of role.
 ALTER TABLE redpacket.role_grant DROP CONSTRAINT role_grant_role_kind_check,

@@ -480,24 +480,76 @@ SELECT count(*) AS passes, count(*) FILTER (WHERE NOT ok) AS not_ok
 FROM redpacket.rp_reconcile(NULL, true)
 WHERE activity_id IN (:act, :op_act) OR activity_id IN (SELECT clean FROM sec_pair UNION ALL SELECT hostile FROM sec_pair);
 
--- rp_regrant gives a kind's grants only to a role that holds what the helper
--- of that kind granted: one an administrator let run rp_reconcile, or
--- rp_claim, by hand stays as it was (no reversals, no claims batch).
+-- rp_regrant gives a kind's grants only to a role that holds, in its own
+-- grants, what the helper of that kind granted: one an administrator let
+-- run rp_reconcile, rp_claim or three sender functions by hand stays as it
+-- was, and so does one that has rp_reconcile by hand and the rest through
+-- an operator role it belongs to; a sender that belongs to an operator role
+-- is still a sender; a wallet role is found too.
 CREATE ROLE regress_rp_hand_reconcile;
 GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_reconcile;
 GRANT EXECUTE ON FUNCTION redpacket.rp_reconcile(bigint, boolean) TO regress_rp_hand_reconcile;
 CREATE ROLE regress_rp_hand_claim;
 GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_claim;
 GRANT EXECUTE ON FUNCTION redpacket.rp_claim(bigint, text, numeric, text) TO regress_rp_hand_claim;
+CREATE ROLE regress_rp_hand_topper;
+GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_topper;
+GRANT EXECUTE ON FUNCTION redpacket.rp_top_up(bigint, numeric, integer, text),
+    redpacket.rp_close_activity(bigint),
+    redpacket.rp_set_window(bigint, timestamptz, timestamptz, text) TO regress_rp_hand_topper;
+CREATE ROLE regress_rp_hand_member;
+GRANT USAGE ON SCHEMA redpacket TO regress_rp_hand_member;
+GRANT EXECUTE ON FUNCTION redpacket.rp_reconcile(bigint, boolean) TO regress_rp_hand_member;
+GRANT regress_rp_operator TO regress_rp_hand_member;
+CREATE ROLE regress_rp_sender_member;
+SELECT redpacket.rp_grant_sender('regress_rp_sender_member');
+GRANT regress_rp_operator TO regress_rp_sender_member;
+CREATE ROLE regress_rp_wallet;
+SELECT redpacket.rp_grant_wallet('regress_rp_wallet');
 SELECT role, kind FROM redpacket.rp_regrant()
- WHERE role::text IN ('regress_rp_hand_reconcile', 'regress_rp_hand_claim', 'regress_rp_app', 'regress_rp_operator',
-                     'regress_rp_sender')
+ WHERE role::text LIKE 'regress_rp_%' AND role::text <> 'regress_rp_hostile'
  ORDER BY kind, role::text;
 SELECT has_function_privilege('regress_rp_hand_reconcile', 'redpacket.rp_reverse(bigint, bigint, text)', 'EXECUTE') AS hand_reconcile_reverses,
        has_table_privilege('regress_rp_hand_reconcile', 'redpacket.claim', 'SELECT') AS hand_reconcile_reads_claims,
-       has_function_privilege('regress_rp_hand_claim', 'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE') AS hand_claim_batches;
-DROP OWNED BY regress_rp_hand_reconcile, regress_rp_hand_claim;
-DROP ROLE regress_rp_hand_reconcile, regress_rp_hand_claim;
+       has_function_privilege('regress_rp_hand_claim', 'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE') AS hand_claim_batches,
+       has_function_privilege('regress_rp_hand_topper', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)', 'EXECUTE') AS hand_topper_creates;
+REVOKE regress_rp_operator FROM regress_rp_hand_member;
+SELECT has_table_privilege('regress_rp_hand_member', 'redpacket.claim', 'SELECT') AS member_reads_claims_after_leaving;
+DROP OWNED BY regress_rp_hand_reconcile, regress_rp_hand_claim, regress_rp_hand_topper,
+    regress_rp_hand_member, regress_rp_sender_member, regress_rp_wallet;
+DROP ROLE regress_rp_hand_reconcile, regress_rp_hand_claim, regress_rp_hand_topper,
+    regress_rp_hand_member, regress_rp_sender_member, regress_rp_wallet;
+
+-- Books the reconciler found wrong are not settled or moved: close, top-up,
+-- withdrawal and window moves are refused (55000) until a repair and an
+-- unfreeze, for the sender and the operator alike.
+SELECT redpacket.rp_create_activity(10.00, stripes => 2, name => 'wrong books') AS wb \gset
+SELECT status FROM redpacket.rp_claim(:wb, 'wb-1', 1.00);
+SET session_replication_role = replica;
+UPDATE redpacket.stripe SET balance = balance + 500 WHERE activity_id = :wb AND stripe = 0;
+RESET session_replication_role;
+SET client_min_messages = error;
+SELECT ok, problems FROM redpacket.rp_reconcile(:wb, true);
+RESET client_min_messages;
+SELECT starts_with(frozen_reason, 'reconciliation mismatch') AS frozen_by_check FROM redpacket.activity WHERE id = :wb;
+SET ROLE regress_rp_sender;
+SELECT fn, regexp_replace(pg_temp.try(q), 'activity \d+', 'activity N') AS outcome
+FROM (VALUES
+    ('rp_close_activity', format('SELECT redpacket.rp_close_activity(%s)', :wb)),
+    ('rp_top_up', format('SELECT redpacket.rp_top_up(%s, 1.00)', :wb)),
+    ('rp_set_window', format('SELECT redpacket.rp_set_window(%s, now() - interval %L, now() - interval %L)', :wb, '2 days', '1 day'))
+) v(fn, q);
+RESET ROLE;
+SET ROLE regress_rp_operator;
+SELECT regexp_replace(pg_temp.try(format('SELECT redpacket.rp_withdraw(%s, 1.00)', :wb)),
+                      'activity \d+', 'activity N') AS operator_withdraw;
+SELECT regexp_replace(pg_temp.try(format('SELECT redpacket.rp_close_activity(%s)', :wb)),
+                      'activity \d+', 'activity N') AS operator_close;
+RESET ROLE;
+SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :wb ORDER BY entry_id;
+SELECT ok FROM redpacket.rp_repair_stripes(:wb, 'stripe 0 edited by hand');
+SELECT redpacket.rp_unfreeze(:wb);
+SELECT redpacket.rp_close_activity(:wb) AS returned_after_repair;
 
 -- Clean up ----------------------------------------------------------------------------
 DROP SCHEMA hostile CASCADE;

@@ -16,33 +16,42 @@ RpNoNull(bool isnull, const char *what)
 				 errmsg("%s must not be NULL", what)));
 }
 
-/* what names the argument: "user_id", or "user_ids[3]" for an element */
+/*
+ * The argument an error names: name, or name[elem] for element elem
+ * (1-based) of an array; built only for the error.
+ */
+static char *
+ArgName(const char *name, int elem)
+{
+	return elem == 0 ? pstrdup(name) : psprintf("%s[%d]", name, elem);
+}
+
 void
-RpCheckUserId(text *user_id, const char *what)
+RpCheckUserId(text *user_id, const char *name, int elem)
 {
 	int			len = VARSIZE_ANY_EXHDR(user_id);
 
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
+				 errmsg("%s must not be empty", ArgName(name, elem))));
 	if (len > RP_MAX_USER_ID_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", what),
+				 errmsg("%s is too long", ArgName(name, elem)),
 				 errdetail("A user_id has at most %d bytes; this one has %d.",
 						   RP_MAX_USER_ID_BYTES, len)));
 }
 
 void
-RpCheckRequestId(text *request_id, const char *what)
+RpCheckRequestId(text *request_id, const char *name, int elem)
 {
 	int			len = request_id ? VARSIZE_ANY_EXHDR(request_id) : 0;
 
 	if (len > RP_MAX_USER_ID_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", what),
+				 errmsg("%s is too long", ArgName(name, elem)),
 				 errdetail("A request_id has at most %d bytes; this one has %d.",
 						   RP_MAX_USER_ID_BYTES, len)));
 }

@@ -132,8 +132,9 @@ extern void RpActivityMetaRemember(const RpActivity *act);
 /* args.c: argument checks shared by the SQL entry points */
 #define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */
 extern void RpNoNull(bool isnull, const char *what);
-extern void RpCheckUserId(text *user_id, const char *what);
-extern void RpCheckRequestId(text *request_id, const char *what);
+/* name the argument; elem: its 1-based element in an array, 0 for none */
+extern void RpCheckUserId(text *user_id, const char *name, int elem);
+extern void RpCheckRequestId(text *request_id, const char *name, int elem);
 extern void RpCheckBatchSize(int n);
 
 /* The statuses a claim can get (claim.c, rules.c) and counters count (stats.c). */

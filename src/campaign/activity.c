@@ -447,6 +447,7 @@ rp_close_activity(PG_FUNCTION_ARGS)
 	RpRequireLocalActivity(PG_GETARG_INT64(0));
 	(void) RpFetchActivity(PG_GETARG_INT64(0), &act, false);
 	RpWalk(&act);
+	RpRefuseWrongBooks(act.id, "rp_close_activity");
 	remainder = RpSettle(&act, "closed");
 	SPI_finish();
 	PG_RETURN_NUMERIC(RpUnitsToAmount(remainder, act.scale));

@@ -104,7 +104,7 @@ UserIds(FunctionCallInfo fcinfo, int argno, ArrayType **array, int *n)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("user_ids[%d] must not be NULL", i + 1)));
-		RpCheckUserId(DatumGetTextPP(elems[i]), psprintf("user_ids[%d]", i + 1));
+		RpCheckUserId(DatumGetTextPP(elems[i]), "user_ids", i + 1);
 	}
 	return elems;
 }

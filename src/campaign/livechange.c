@@ -31,6 +31,7 @@
 
 #include "base/base.h"
 #include "claim/claim.h"
+#include "reconcile/reconcile.h"
 #include "scaleout/scaleout.h"
 #include "campaign.h"
 
@@ -256,6 +257,7 @@ ChangeLock(RpActivity *act, const char *func)
 	RpWalk(act);
 	LockActivityRow(act);
 	RefuseSettled(act, func);
+	RpRefuseWrongBooks(act->id, func);
 	RpCheckStripeRows(act);
 }
 

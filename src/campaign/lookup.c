@@ -55,7 +55,7 @@ rp_user_claims(PG_FUNCTION_ARGS)
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "user_id");
 	user_id = PG_GETARG_TEXT_PP(1);
-	RpCheckUserId(user_id, "user_id");
+	RpCheckUserId(user_id, "user_id", 0);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -21,8 +21,8 @@ ArgName(const RpClaimRequest *r, const char *single, const char *array)
 void
 RpCheckRequest(const RpClaimRequest *r)
 {
-	RpCheckUserId(r->user_id, ArgName(r, "user_id", "user_ids"));
-	RpCheckRequestId(r->request_id, ArgName(r, "request_id", "request_ids"));
+	RpCheckUserId(r->user_id, r->elem == 0 ? "user_id" : "user_ids", r->elem);
+	RpCheckRequestId(r->request_id, r->elem == 0 ? "request_id" : "request_ids", r->elem);
 }
 
 void

@@ -38,4 +38,11 @@ extern void RpSettleMany(const int64 *ids, int n, TimestampTz at, const char *re
  */
 extern void RpUnfreezeCheck(int64 activity);
 
+/*
+ * unfreeze.c: refuse (55000) a close, top-up, withdrawal or window move
+ * (func names it) of an activity the reconciler froze, or whose latest
+ * check failed.  The caller holds the activity as a walker does (RpWalk).
+ */
+extern void RpRefuseWrongBooks(int64 activity, const char *func);
+
 #endif							/* RP_RECONCILE_H */

@@ -179,6 +179,25 @@ NeedsFullCheck(int64 activity)
 	return needed;
 }
 
+/*
+ * Close, top-ups, withdrawals and window moves settle or move money: on
+ * books the reconciler found wrong they would pay out what the ledger does
+ * not hold, and a closed activity can no longer be repaired.  The caller
+ * holds the activity as a walker does.
+ */
+void
+RpRefuseWrongBooks(int64 activity, const char *func)
+{
+	if (RpCatalogVersion() < RP_CATALOG_1_4 || !NeedsFullCheck(activity))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s cannot change activity " INT64_FORMAT ": its books were found wrong",
+					func, activity),
+			 errdetail("The reconciler froze it, or its latest check failed; closing it, topping it up, withdrawing from it or moving its window would move money by books that do not balance."),
+			 errhint("Rebuild the stripes with redpacket.rp_repair_stripes(activity, reason) and lift the hold with redpacket.rp_unfreeze first.")));
+}
+
 void
 RpUnfreezeCheck(int64 activity)
 {
