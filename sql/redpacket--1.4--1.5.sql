@@ -157,7 +157,8 @@ BEGIN
             SELECT a.id FROM redpacket.activity a
              WHERE pg_catalog.starts_with(a.frozen_reason, 'reconciliation mismatch')
             UNION
-            SELECT p.activity_id FROM redpacket.reconcile_problem p) o;
+            SELECT p.activity_id FROM redpacket.reconcile_problem p
+             WHERE p.problem OPERATOR(pg_catalog.<>) 'uncredited') o;
     IF mismatches OPERATOR(pg_catalog.>) 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'data_corrupted',

@@ -550,6 +550,30 @@ SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :wb ORDER BY entry
 SELECT ok FROM redpacket.rp_repair_stripes(:wb, 'stripe 0 edited by hand');
 SELECT redpacket.rp_unfreeze(:wb);
 SELECT redpacket.rp_close_activity(:wb) AS returned_after_repair;
+-- A check that could not run (a lock timeout: its row says error) finds
+-- nothing wrong: it does not stop a top-up or a close.
+SELECT redpacket.rp_create_activity(5.00, stripes => 1, name => 'unchecked books') AS ub \gset
+INSERT INTO redpacket.reconciliation (activity_id, checked_at, full_check, expected, actual, drift,
+       expected_claims, actual_claims, negative_stripes, new_claims, ok, problems, error)
+VALUES (:ub, now(), false, 0, 0, 0, 0, 0, 0, 0, false, '{error}', 'canceling statement due to lock timeout');
+SELECT redpacket.rp_top_up(:ub, 1.00) AS topped_up_after_unchecked;
+SELECT redpacket.rp_close_activity(:ub) AS closed_after_unchecked;
+-- Books found wrong are not settled when the activity ends either: the
+-- reconciler leaves them frozen, paying nothing out, until they are repaired.
+SELECT redpacket.rp_create_activity(10.00, 5, starts_at => now() - interval '1 minute',
+                                    ends_at => clock_timestamp() + interval '1 second',
+                                    stripes => 2, name => 'wrong books ending') AS we \gset
+SELECT status FROM redpacket.rp_claim(:we, 'we-1', 1.00);
+SET session_replication_role = replica;
+UPDATE redpacket.stripe SET balance = balance + 50000 WHERE activity_id = :we AND stripe = 0;
+RESET session_replication_role;
+SET client_min_messages = error;
+SELECT ok, problems FROM redpacket.rp_reconcile(:we, true);
+SELECT pg_sleep(1.2);
+SELECT count(*) AS passes FROM redpacket.rp_reconcile(:we);
+RESET client_min_messages;
+SELECT kind, amount FROM redpacket.ledger WHERE activity_id = :we ORDER BY entry_id;
+SELECT closed_at IS NULL AS not_settled FROM redpacket.activity WHERE id = :we;
 
 -- Clean up ----------------------------------------------------------------------------
 DROP SCHEMA hostile CASCADE;

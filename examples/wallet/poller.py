@@ -15,7 +15,10 @@ asks rp_pending_credits for them.  A batch (claims of one activity) is
   3. paid: what rp_credits(reference) returns goes into poller_payment (its
      primary key makes a second payment impossible) and the wallets, and
      the batch is marked paid, in one wallet transaction.
-On start it pays every noted batch not marked paid, from rp_credits.  Killed
+One poller runs per wallet: it holds a session advisory lock in the wallet
+database while it runs (another refuses to start), since its recovery
+takes every unpaid batch for one it died in.  On start it pays every noted
+batch not marked paid, from rp_credits.  Killed
 after 1, that pays nothing (the claims are still pending and come back);
 after 2 it pays the batch; after 3 nothing is left to do.  Acknowledging
 first keeps a paid claim from being reversed; the note and rp_credits keep
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import psycopg2
@@ -120,6 +124,12 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     wallet = psycopg2.connect(args.wallet_dsn)
+    with wallet.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(hashtext('redpacket wallet poller'))")
+        alone = cur.fetchone()[0]
+    wallet.commit()
+    if not alone:
+        sys.exit("poller: another poller runs for this wallet (it holds the advisory lock)")
     rp = psycopg2.connect(args.redpacket_dsn)
     rp.autocommit = True  # every rp_credited in a transaction of its own
     stats = {"paid": 0, "acknowledged": 0, "reversed_skipped": 0, "batches": 0, "recovered": 0}

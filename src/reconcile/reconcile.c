@@ -473,7 +473,8 @@ UnitStep(void *arg)
 			c->frozen = l->frozen;
 			continue;
 		}
-		if (l->due && !pass->verify)
+		/* books known wrong are not settled: repaired and unfrozen first */
+		if (l->due && !l->failing && !pass->verify)
 		{
 			c->settled = true;
 			due[ndue++] = c->activity;

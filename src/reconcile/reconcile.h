@@ -41,7 +41,8 @@ extern void RpUnfreezeCheck(int64 activity);
 /*
  * unfreeze.c: refuse (55000) a close, top-up, withdrawal or window move
  * (func names it) of an activity the reconciler froze, or whose latest
- * check failed.  The caller holds the activity as a walker does (RpWalk).
+ * check that ran failed (reconcile_state.last_ok; a check that could not
+ * run does not count).  The caller holds the activity as a walker does.
  */
 extern void RpRefuseWrongBooks(int64 activity, const char *func);
 

@@ -20,6 +20,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
@@ -168,7 +169,13 @@ RpUncreditedLook(void)
 	Datum		v[3];
 	int64		next;
 
-	if (rp_credit_deadline <= 0 || RpCatalogVersion() < RP_CATALOG_1_5 || RpDistributed())
+	/*
+	 * Not in a caller's transaction block: the look moves settlement
+	 * frontiers, whose rows a wallet's rp_credited would wait for until
+	 * that transaction ends.
+	 */
+	if (rp_credit_deadline <= 0 || RpCatalogVersion() < RP_CATALOG_1_5 || RpDistributed() ||
+		IsTransactionBlock())
 		return;
 	deadline = palloc0(sizeof(Interval));
 	deadline->time = (int64) rp_credit_deadline * USECS_PER_SEC;

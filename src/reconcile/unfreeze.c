@@ -185,17 +185,32 @@ NeedsFullCheck(int64 activity)
  * not hold, and a closed activity can no longer be repaired.  The caller
  * holds the activity as a walker does.
  */
+static RpPlan wrong_books = {
+	"SELECT COALESCE(pg_catalog.starts_with(a.frozen_reason, '" RP_RECONCILER_FREEZE "'), false)"
+	"       OR COALESCE((SELECT NOT r.last_ok FROM redpacket.reconcile_state r"
+	"                     WHERE r.activity_id OPERATOR(pg_catalog.=) a.id), false)"
+	"  FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
 void
 RpRefuseWrongBooks(int64 activity, const char *func)
 {
-	if (RpCatalogVersion() < RP_CATALOG_1_4 || !NeedsFullCheck(activity))
+	Datum		id = Int64GetDatum(activity);
+	bool		isnull;
+
+	if (RpCatalogVersion() < RP_CATALOG_1_4)
+		return;
+	if (RpExec(&wrong_books, &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read activity " INT64_FORMAT, activity);
+	if (!DatumGetBool(RpGetDatum(0, 1, &isnull)))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("%s cannot change activity " INT64_FORMAT ": its books were found wrong",
 					func, activity),
-			 errdetail("The reconciler froze it, or its latest check failed; closing it, topping it up, withdrawing from it or moving its window would move money by books that do not balance."),
-			 errhint("Rebuild the stripes with redpacket.rp_repair_stripes(activity, reason) and lift the hold with redpacket.rp_unfreeze first.")));
+			 errdetail("The reconciler froze it, or its latest check that ran failed; closing it, topping it up, withdrawing from it or moving its window would move money by books that do not balance."),
+			 errhint("Freeze it if it is not (redpacket.rp_freeze), rebuild the stripes with redpacket.rp_repair_stripes(activity, reason), then redpacket.rp_unfreeze.")));
 }
 
 void

@@ -62,13 +62,32 @@ is(sql("SELECT uncredited_since IS NOT NULL, state FROM redpacket.activity_statu
 	't|active', 'activity_status shows it, and the activity is not frozen');
 is(sql('SELECT uncredited FROM redpacket.reconciler_status'), '1', 'reconciler_status counts it');
 
+# Not wrong books: the scheduler's strict pass succeeds.
+my ($rc, $out, $err) = $node->psql('postgres', 'CALL redpacket.rp_reconcile_strict()');
+is($rc, 0, 'rp_reconcile_strict does not take uncredited claims for wrong books') or diag $err;
+
+# A pass in a caller's transaction block does not look (it would hold the
+# settlement rows it advances until that transaction ends): a wallet's
+# rp_credited of a new claim of the paid activity is not held up by it.
+my $open = $node->background_psql('postgres');
+sql("SELECT redpacket.rp_claim($paid, 'p-new', 0.01)");
+$open->query_safe('BEGIN');
+$open->query_safe('SET client_min_messages = error');
+$open->query_safe('SELECT count(*) FROM redpacket.rp_reconcile()');
+($rc, $out, $err) = $node->psql('postgres',
+	"SET lock_timeout = '2s'; SELECT redpacket.rp_credited($paid, ARRAY(SELECT max(claim_id) FROM redpacket.claim WHERE activity_id = $paid))",
+	extra_params => [ '-U', 'wallet_svc' ]);
+is($rc, 0, 'a credit is not held up by a pass in an open transaction') or diag $err;
+$open->query_safe('COMMIT');
+$open->quit;
+
 # One more claim: the detail follows, nothing is told again.
 sql("SELECT redpacket.rp_claim($late, 'u4', 1.00)");
 ok( $node->poll_query_until('postgres',
 		"SELECT detail LIKE '4 claims%' FROM redpacket.reconcile_problem WHERE activity_id = $late"),
 	'the detail follows the count');
 $log = slurp_file($node->logfile, $log_from);
-is(scalar(() = $log =~ /are neither credited nor reversed after/g), 1, 'told once');
+is(scalar(() = $log =~ /claims of activity $late are neither credited nor reversed after/g), 1, 'told once');
 
 # The wallet pays: the problem clears, logged once.
 $node->psql('postgres',

@@ -112,6 +112,18 @@ is( wallet(q{SELECT string_agg(user_id || ':' || balance, ',' ORDER BY user_id) 
 	'every wallet holds its user\'s live claims');
 is(wallet('SELECT count(*) FROM poller_batch WHERE NOT paid'), '0', 'every noted batch is settled');
 
+# --- One poller per wallet ------------------------------------------------------
+# Its recovery takes any unpaid batch for its own: a second one, started
+# while the first has noted a batch and not yet acknowledged it, would mark
+# that batch paid with nothing under it.  A second poller refuses to start.
+my $holder = $node->background_psql('wallet');
+$holder->query_safe("SELECT pg_advisory_lock(hashtext('redpacket wallet poller'))");
+my ($pout, $perr) = ('', '');
+IPC::Run::run([ 'python3', "$example/poller.py", $wallet_dsn, $rp_dsn, '--until-idle' ],
+	'>', \$pout, '2>', \$perr, IPC::Run::timeout(60));
+like($perr, qr/another poller runs for this wallet/, 'a second poller refuses to start');
+$holder->quit;
+
 # --- rp_credits itself ----------------------------------------------------------
 is(sql("SELECT count(*) FROM redpacket.rp_credits('no such batch')"), '0', 'an unknown reference has no claim');
 ($rc, $ro, $re) = $node->psql('postgres', 'SELECT * FROM redpacket.rp_credits(NULL)',
