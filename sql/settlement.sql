@@ -308,16 +308,6 @@ SELECT settled_by, state, reference, reason FROM redpacket.claim_settlement
 DROP OWNED BY regress_rp_wallet, regress_rp_ops, regress_rp_claimer;
 DROP ROLE regress_rp_wallet, regress_rp_ops, regress_rp_claimer;
 
--- A reversal, like a credit, begins the activity's settlement frontier: the
--- pending list then passes the reversed claims once instead of reading them
--- on every call.
-SELECT redpacket.rp_create_activity(1.00, stripes => 1, name => 'reversed only') AS ro \gset
-SELECT (redpacket.rp_claim(:ro, 'ro-1', 0.10)).claim_id AS ro1 \gset
-SELECT redpacket.rp_reverse(:ro, :ro1, 'mistake') AS reversed;
-SELECT count(*) AS settlement_state_rows FROM redpacket.settlement_state WHERE activity_id = :ro;
-SELECT count(*) AS pending FROM redpacket.rp_pending_credits(:ro);
-SELECT settled_through = :ro1 AS frontier_past_the_reversal FROM redpacket.settlement_state WHERE activity_id = :ro;
-
 -- Every activity of this test balances, reversed claims counted out ------------------
 SELECT name, n_claims, n_reversed, claimed, round(remaining, scale) AS remaining, returned, refunded,
        balanced

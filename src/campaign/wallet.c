@@ -417,11 +417,7 @@ rp_reverse(PG_FUNCTION_ARGS)
 	if (c.state == CLAIM_CREDITED)
 		RefuseCredited(activity, c.claim_id);
 	if (c.state == CLAIM_PENDING)
-	{
-		/* a settlement: the frontier may pass it (pending.c) */
-		RpSettlementBegun(activity);
 		reversed = ReverseLocked(&act, &c, reason);
-	}
 	SPI_finish();
 	PG_RETURN_NUMERIC(RpUnitsToAmount(reversed, act.scale));
 }
