@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 
 #include "base/base.h"
+#include "reconcile/books.h"
 #include "scaleout/scaleout.h"
 
 PG_FUNCTION_INFO_V1(rp_user_claims);
@@ -24,10 +25,7 @@ static RpPlan user_claims = {
 	"  FROM redpacket.claim c"
 	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
 	"   AND c.user_id OPERATOR(pg_catalog.=) $2"
-	"   AND NOT EXISTS (SELECT 1 FROM redpacket.claim_settlement s"
-	"                    WHERE s.activity_id OPERATOR(pg_catalog.=) c.activity_id"
-	"                      AND s.claim_id OPERATOR(pg_catalog.=) c.claim_id"
-	"                      AND s.state OPERATOR(pg_catalog.=) 'reversed')"
+	"   AND " RP_SQL_BOOKS_LIVE("c")
 	" ORDER BY c.claim_id",
 	2, {INT8OID, TEXTOID}, NULL, true
 };

@@ -24,6 +24,13 @@ extern int	RpPassList(RpPass *pass, bool full_all, TimestampTz full_before, Datu
 extern bool RpPassStep(RpPass *pass);
 extern void RpPassRecord(const RpPass *pass);
 
+/*
+ * The window of the next size activity ids after *from (from the start
+ * again when none is after it: *from becomes 0), up to *to; returns where
+ * the window after it starts (0: the start again).  Inside SPI_connect.
+ */
+extern int64 RpActivityWindow(int64 *from, int size, int64 *to);
+
 /* rp_reconcile() without an activity on a Citus cluster; inside SPI_connect */
 extern void RpReconcileCluster(bool full_check, Tuplestorestate *out);
 

@@ -864,12 +864,33 @@ static RpPlan passes_so_far_15 = {
 	"SELECT r.passes, r.probed_through FROM redpacket.reconciler r", 0, {InvalidOid}
 };
 
-/* The end of the window of activity ids after $1 (NULL: none after it). */
-static RpPlan probe_window = {
+/* The end of the window of $2 activity ids after $1 (NULL: none after it). */
+static RpPlan id_window = {
 	"SELECT pg_catalog.max(w.id), pg_catalog.count(*) FROM (SELECT y.id FROM redpacket.activity y"
-	"  WHERE y.id OPERATOR(pg_catalog.>) $1 ORDER BY y.id LIMIT " CppAsString2(RP_PASS_STATE_PROBE) ") w",
-	1, {INT8OID}
+	"  WHERE y.id OPERATOR(pg_catalog.>) $1 ORDER BY y.id LIMIT $2) w",
+	2, {INT8OID, INT4OID}
 };
+
+int64
+RpActivityWindow(int64 *from, int size, int64 *to)
+{
+	Datum		v[2];
+	int64		seen;
+
+	v[1] = Int32GetDatum(size);
+	for (;;)
+	{
+		v[0] = Int64GetDatum(*from);
+		if (RpExec(&id_window, v, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not read a window of activity ids");
+		*to = RpGetInt64(0, 1, *from);
+		seen = RpGetInt64(0, 2, 0);
+		if (seen > 0 || *from == 0)
+			break;
+		*from = 0;				/* past the last: from the start */
+	}
+	return seen < size ? 0 : *to;
+}
 
 /* Has the reconciler told of problems it still sees (1.4)? */
 static bool
@@ -891,27 +912,14 @@ AnyProblems(void)
 static int64
 PassesSoFar(int64 *from, int64 *to, int64 *next)
 {
-	Datum		v;
 	int64		passes;
-	int64		seen;
 
 	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_5 ? &passes_so_far_15 : &passes_so_far_14,
 			   NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the reconciler's status");
 	passes = SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
 	*from = SPI_processed == 1 ? RpGetInt64(0, 2, 0) : 0;
-	for (;;)
-	{
-		v = Int64GetDatum(*from);
-		if (RpExec(&probe_window, &v, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read the activity ids to probe");
-		*to = RpGetInt64(0, 1, *from);
-		seen = RpGetInt64(0, 2, 0);
-		if (seen > 0 || *from == 0)
-			break;
-		*from = 0;				/* past the last: from the start */
-	}
-	*next = seen < RP_PASS_STATE_PROBE ? 0 : *to;
+	*next = RpActivityWindow(from, RP_PASS_STATE_PROBE, to);
 	return passes;
 }
 

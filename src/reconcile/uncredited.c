@@ -25,7 +25,6 @@
 #include "commands/async.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/json.h"
@@ -33,6 +32,7 @@
 
 #include "base/base.h"
 #include "scaleout/scaleout.h"
+#include "pass.h"
 #include "uncredited.h"
 
 #define RP_CREDIT_WINDOW 256
@@ -51,14 +51,6 @@ RpUncreditedInit(void)
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 }
 
-/* The next window of activity ids after $1: its ids, and how many. */
-static RpPlan window_after = {
-	"SELECT pg_catalog.array_agg(w.id ORDER BY w.id), pg_catalog.count(*)"
-	"  FROM (SELECT y.id FROM redpacket.activity y WHERE y.id OPERATOR(pg_catalog.>) $1"
-	"         ORDER BY y.id LIMIT " CppAsString2(RP_CREDIT_WINDOW) ") w",
-	1, {INT8OID}, NULL, true
-};
-
 static RpPlan window_start = {
 	"SELECT r.credit_probed_through FROM redpacket.reconciler r", 0, {InvalidOid}
 };
@@ -68,8 +60,8 @@ static RpPlan window_record = {
 };
 
 /*
- * The window's activities and the reported ones ($1 the window, $2 the
- * deadline, $3 now): the problems noted or cleared, and which to tell.
+ * The window's activities (ids after $1 up to $4) and the reported ones
+ * ($2 the deadline, $3 now): the problems noted or cleared, and which to tell.
  * Rows: told (a new problem) or cleared, the activity, the count, the
  * oldest claim and when it was claimed (told), or since when (cleared).
  * The insert runs whether or not the result reads it (a data-modifying
@@ -79,8 +71,8 @@ static RpPlan look = {
 	"WITH old AS (SELECT q.activity_id FROM redpacket.reconcile_problem q"
 	"              WHERE q.problem OPERATOR(pg_catalog.=) 'uncredited'),"
 	"     w AS (SELECT a.id FROM redpacket.activity a"
-	"            WHERE a.id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[])"
-	"               OR a.id IN (SELECT old.activity_id FROM old)),"
+	"            WHERE (a.id OPERATOR(pg_catalog.>) $1 AND a.id OPERATOR(pg_catalog.<=) $4)"
+	"               OR EXISTS (SELECT FROM old WHERE old.activity_id OPERATOR(pg_catalog.=) a.id)),"
 	"     p AS (SELECT w.id, pg_catalog.count(c.claim_id) AS n,"
 	"                  (pg_catalog.array_agg(c.claim_id ORDER BY c.claimed_at, c.claim_id))[1] AS first,"
 	"                  pg_catalog.min(c.claimed_at) AS oldest"
@@ -101,42 +93,12 @@ static RpPlan look = {
 	"                WHERE q.detail IS DISTINCT FROM EXCLUDED.detail"
 	"               RETURNING q.activity_id)"
 	" SELECT true, p.id, p.n, p.first, p.oldest FROM p"
-	"  WHERE p.n OPERATOR(pg_catalog.>) 0 AND p.id NOT IN (SELECT old.activity_id FROM old)"
+	"  WHERE p.n OPERATOR(pg_catalog.>) 0"
+	"    AND NOT EXISTS (SELECT FROM old WHERE old.activity_id OPERATOR(pg_catalog.=) p.id)"
 	" UNION ALL"
 	" SELECT false, g.activity_id, 0, NULL, g.since FROM gone g",
-	3, {INT8ARRAYOID, INTERVALOID, TIMESTAMPTZOID}
+	4, {INT8OID, INTERVALOID, TIMESTAMPTZOID, INT8OID}
 };
-
-/* The ids of the next window, and where the one after starts. */
-static Datum
-NextWindow(int64 *next)
-{
-	int64		after;
-	bool		isnull;
-	Datum		v;
-
-	if (RpExec(&window_start, NULL, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read where the uncredited look stopped");
-	after = SPI_processed == 1 ? RpGetInt64(0, 1, 0) : 0;
-	for (;;)
-	{
-		v = Int64GetDatum(after);
-		if (RpExec(&window_after, &v, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read the activities to look at");
-		if (RpGetInt64(0, 2, 0) > 0 || after == 0)
-			break;
-		after = 0;				/* past the last: from the start */
-	}
-	*next = 0;
-	if (RpGetInt64(0, 2, 0) == RP_CREDIT_WINDOW)
-	{
-		ArrayType  *ids = DatumGetArrayTypeP(RpGetDatum(0, 1, &isnull));
-
-		*next = ((int64 *) ARR_DATA_PTR(ids))[RP_CREDIT_WINDOW - 1];
-	}
-	v = RpGetDatum(0, 1, &isnull);
-	return isnull ? PointerGetDatum(construct_empty_array(INT8OID)) : v;
-}
 
 /* WARNING and NOTIFY for an activity whose claims became uncredited. */
 static void
@@ -166,7 +128,9 @@ void
 RpUncreditedLook(void)
 {
 	Interval   *deadline;
-	Datum		v[3];
+	Datum		v[4];
+	int64		from = 0;
+	int64		to;
 	int64		next;
 
 	/*
@@ -179,9 +143,15 @@ RpUncreditedLook(void)
 		return;
 	deadline = palloc0(sizeof(Interval));
 	deadline->time = (int64) rp_credit_deadline * USECS_PER_SEC;
-	v[0] = NextWindow(&next);
+	if (RpExec(&window_start, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read where the uncredited look stopped");
+	if (SPI_processed == 1)
+		from = RpGetInt64(0, 1, 0);
+	next = RpActivityWindow(&from, RP_CREDIT_WINDOW, &to);
+	v[0] = Int64GetDatum(from);
 	v[1] = IntervalPGetDatum(deadline);
 	v[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	v[3] = Int64GetDatum(to);
 	if (RpExec(&look, v, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not look for uncredited claims");
 	for (uint64 r = 0; r < SPI_processed; r++)
