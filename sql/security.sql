@@ -512,7 +512,7 @@ SELECT role, kind FROM redpacket.rp_regrant()
 SELECT has_function_privilege('regress_rp_hand_reconcile', 'redpacket.rp_reverse(bigint, bigint, text)', 'EXECUTE') AS hand_reconcile_reverses,
        has_table_privilege('regress_rp_hand_reconcile', 'redpacket.claim', 'SELECT') AS hand_reconcile_reads_claims,
        has_function_privilege('regress_rp_hand_claim', 'redpacket.rp_claim_batch(bigint, text[], numeric[], text[])', 'EXECUTE') AS hand_claim_batches,
-       has_function_privilege('regress_rp_hand_topper', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)', 'EXECUTE') AS hand_topper_creates;
+       has_function_privilege('regress_rp_hand_topper', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean, text, text, text)', 'EXECUTE') AS hand_topper_creates;
 REVOKE regress_rp_operator FROM regress_rp_hand_member;
 SELECT has_table_privilege('regress_rp_hand_member', 'redpacket.claim', 'SELECT') AS member_reads_claims_after_leaving;
 DROP OWNED BY regress_rp_hand_reconcile, regress_rp_hand_claim, regress_rp_hand_topper,

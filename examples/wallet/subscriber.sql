@@ -15,7 +15,7 @@ CREATE TABLE redpacket.claim (
     PRIMARY KEY (activity_id, claim_id));
 CREATE TABLE redpacket.ledger (
     activity_id bigint, entry_id bigint, kind text, amount numeric, reason text,
-    created_at timestamptz, created_by name, packets integer,
+    created_at timestamptz, created_by name, packets integer, funder text,
     PRIMARY KEY (activity_id, entry_id));
 CREATE TABLE redpacket.activity_change (
     activity_id bigint, change_id bigint, changed_at timestamptz, changed_by name,

@@ -39,7 +39,7 @@ RpCheckUserId(text *user_id, const char *name, int elem)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s is too long", ArgName(name, elem)),
-				 errdetail("A user_id has at most %d bytes; this one has %d.",
+				 errdetail("An id has at most %d bytes; this one has %d.",
 						   RP_MAX_USER_ID_BYTES, len)));
 }
 

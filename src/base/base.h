@@ -38,7 +38,9 @@ typedef enum RpLockKind
 	RP_LOCK_ACTIVITY = 0x5205,	/* the activity: shared by claims, exclusive
 								 * for walkers (locks.c) */
 	RP_LOCK_GATE = 0x5206,		/* a batch's admission slot (locks.c) */
-	RP_LOCK_WAITING = 0x5207	/* held by a claim while it waits (locks.c) */
+	RP_LOCK_WAITING = 0x5207,	/* held by a claim while it waits (locks.c) */
+	RP_LOCK_REQUEST = 0x5208	/* a creation's (funder, request id), hashed:
+								 * the first lock of rp_create_activity */
 } RpLockKind;
 
 extern bool RpLock(RpLockKind kind, int64 activity, uint32 sub, bool wait);
@@ -88,6 +90,7 @@ extern void RpOnRelcacheInvalidation(RelcacheCallbackFunction fn);
 #define RP_CATALOG_1_3 103
 #define RP_CATALOG_1_4 104
 #define RP_CATALOG_1_5 105
+#define RP_CATALOG_1_6 106
 extern int	RpCatalogVersion(void);
 
 /* The activity row as rp_claim and friends need it. */
@@ -128,6 +131,8 @@ extern void RpActivityFromRow(int64 id, int first, RpActivity *act);
 extern bool RpFetchActivity(int64 id, RpActivity *act, bool missing_ok);
 extern bool RpActivityMeta(int64 id, RpActivity *act);
 extern void RpActivityMetaRemember(const RpActivity *act);
+extern HTAB *RpActivityCache(HTAB **cache, uint64 *generation, const char *name,
+							 Size entrysize);
 
 /* args.c: argument checks shared by the SQL entry points */
 #define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */

@@ -87,28 +87,38 @@ typedef struct RpMetaEntry
 static HTAB *meta_cache = NULL;
 static uint64 meta_generation = 0;
 
-static HTAB *
-MetaCache(void)
+/*
+ * A backend-local cache keyed by activity id (entries of entrysize, the id
+ * first), made empty when the catalog's generation moved or it is full.
+ */
+HTAB *
+RpActivityCache(HTAB **cache, uint64 *generation, const char *name, Size entrysize)
 {
-	uint64		generation = RpCatalogGeneration();
+	uint64		now = RpCatalogGeneration();
 
-	if (meta_cache != NULL &&
-		(generation != meta_generation || hash_get_num_entries(meta_cache) >= RP_META_CACHE_MAX))
+	if (*cache != NULL &&
+		(now != *generation || hash_get_num_entries(*cache) >= RP_META_CACHE_MAX))
 	{
-		hash_destroy(meta_cache);
-		meta_cache = NULL;
+		hash_destroy(*cache);
+		*cache = NULL;
 	}
-	if (meta_cache == NULL)
+	if (*cache == NULL)
 	{
 		HASHCTL		ctl;
 
 		ctl.keysize = sizeof(int64);
-		ctl.entrysize = sizeof(RpMetaEntry);
-		meta_cache = hash_create("redpacket activity metadata", 256, &ctl,
-								 HASH_ELEM | HASH_BLOBS);
-		meta_generation = generation;
+		ctl.entrysize = entrysize;
+		*cache = hash_create(name, 256, &ctl, HASH_ELEM | HASH_BLOBS);
+		*generation = now;
 	}
-	return meta_cache;
+	return *cache;
+}
+
+static HTAB *
+MetaCache(void)
+{
+	return RpActivityCache(&meta_cache, &meta_generation, "redpacket activity metadata",
+						   sizeof(RpMetaEntry));
 }
 
 /* Keep what a claim read of the activity (frozen and closed left out). */

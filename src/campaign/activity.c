@@ -15,9 +15,11 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 #include "base/base.h"
 #include "claim/claim.h"
@@ -43,6 +45,32 @@ static RpPlan insert_activity_14 = {
 	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
 	9, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 	BOOLOID}
+};
+
+/* 1.6: and the split, the funder and the request id ($10-$12) */
+static RpPlan insert_activity_16 = {
+	"INSERT INTO redpacket.activity"
+	"       (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted,"
+	"        split, funder, request_id)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+	12, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BOOLOID, TEXTOID, TEXTOID, TEXTOID}
+};
+
+/*
+ * 1.6: the entry names the activity's funder, read first (an INSERT ...
+ * SELECT would be pushed down whole to a Citus worker, which would fill
+ * created_at with its own clock, not the coordinator's).
+ */
+static RpPlan insert_ledger_16 = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets, funder)"
+	" VALUES ($1, $2, $3, $4, $5, $6)",
+	6, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID, TEXTOID}
+};
+
+static RpPlan read_funder = {
+	"SELECT a.funder FROM redpacket.activity a WHERE a.id OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
 };
 
 /* 1.4: the entry says how many packets it adds to the cap (NULL: none) */
@@ -106,21 +134,32 @@ static RpPlan insert_state = {
  * statement instead of four made creation about a third cheaper; on Citus
  * the four run one by one (each routed by activity).
  */
+#define RP_CREATE(ACOLS, AVALS, LCOLS, LVALS) \
+	"WITH a AS (INSERT INTO redpacket.activity AS a (" ACOLS ") VALUES (" AVALS ")" \
+	"           RETURNING a.id, " RP_ACTIVITY_SELECT_14 ")," \
+	"     s AS (INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)" \
+	"           SELECT a.id, (s.o OPERATOR(pg_catalog.-) 1)::pg_catalog.int4, s.b, s.p" \
+	"             FROM a, ROWS FROM (pg_catalog.unnest($10), pg_catalog.unnest($11))" \
+	"                     WITH ORDINALITY s(b, p, o))," \
+	"     l AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets" LCOLS ")" \
+	"           SELECT a.id, 'fund', $2, 'funded', $3" LVALS " FROM a)," \
+	"     r AS (INSERT INTO redpacket.reconcile_state (activity_id) SELECT a.id FROM a)" \
+	" SELECT * FROM a"
+#define RP_CREATE_COLS_14 \
+	"name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted"
+
 static RpPlan create_14 = {
-	"WITH a AS (INSERT INTO redpacket.activity AS a"
-	"           (name, total, packets, scale, stripes, per_user_limit, starts_at, ends_at, restricted)"
-	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-	"           RETURNING a.id, " RP_ACTIVITY_SELECT_14 "),"
-	"     s AS (INSERT INTO redpacket.stripe (activity_id, stripe, balance, packets)"
-	"           SELECT a.id, (s.o OPERATOR(pg_catalog.-) 1)::pg_catalog.int4, s.b, s.p"
-	"             FROM a, ROWS FROM (pg_catalog.unnest($10), pg_catalog.unnest($11))"
-	"                     WITH ORDINALITY s(b, p, o)),"
-	"     l AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
-	"           SELECT a.id, 'fund', $2, 'funded', $3 FROM a),"
-	"     r AS (INSERT INTO redpacket.reconcile_state (activity_id) SELECT a.id FROM a)"
-	" SELECT * FROM a",
+	RP_CREATE(RP_CREATE_COLS_14, "$1, $2, $3, $4, $5, $6, $7, $8, $9", "", ""),
 	11, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 	BOOLOID, INT8ARRAYOID, INT4ARRAYOID}, NULL, true
+};
+
+/* 1.6: $12-$14 the split, the funder (on the funding entry too) and the request id */
+static RpPlan create_16 = {
+	RP_CREATE(RP_CREATE_COLS_14 ", split, funder, request_id",
+			  "$1, $2, $3, $4, $5, $6, $7, $8, $9, $12, $13, $14", ", funder", ", $13"),
+	14, {TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BOOLOID, INT8ARRAYOID, INT4ARRAYOID, TEXTOID, TEXTOID, TEXTOID}, NULL, true
 };
 
 /*
@@ -131,24 +170,38 @@ static RpPlan create_14 = {
 enum
 {
 	CA_NAME, CA_TOTAL, CA_PACKETS, CA_SCALE, CA_STRIPES, CA_PER_USER_LIMIT, CA_STARTS_AT,
-	CA_ENDS_AT, CA_RESTRICTED, CA_NGIVEN,
-	CA_ID = CA_NGIVEN, CA_CLOSED_AT, CA_FROZEN_REASON, CA_REVISION, CA_NCOLS
+	CA_ENDS_AT, CA_RESTRICTED, CA_NGIVEN_14,
+	CA_SPLIT = CA_NGIVEN_14, CA_FUNDER, CA_REQUEST_ID, CA_NGIVEN
 };
-static RpInsertTarget activity_target = {
-	RP_REL_ACTIVITY, true, CA_NCOLS, CA_NGIVEN,
-	{"name", "total", "packets", "scale", "stripes", "per_user_limit", "starts_at", "ends_at",
-	"restricted", "id", "closed_at", "frozen_reason", "revision"},
-	{TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	BOOLOID, INT8OID, TIMESTAMPTZOID, TEXTOID, INT8OID}
+#define CA_READ_BACK {"id", "closed_at", "frozen_reason", "revision"}
+enum
+{
+	CA_ID, CA_CLOSED_AT, CA_FROZEN_REASON, CA_REVISION, CA_NREAD
+};
+static RpInsertTarget activity_targets[2] = {
+	{RP_REL_ACTIVITY, true, CA_NGIVEN_14 + CA_NREAD, CA_NGIVEN_14,
+		{"name", "total", "packets", "scale", "stripes", "per_user_limit", "starts_at", "ends_at",
+		"restricted", "id", "closed_at", "frozen_reason", "revision"},
+		{TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		BOOLOID, INT8OID, TIMESTAMPTZOID, TEXTOID, INT8OID}},
+	{RP_REL_ACTIVITY, true, CA_NGIVEN + CA_NREAD, CA_NGIVEN,
+		{"name", "total", "packets", "scale", "stripes", "per_user_limit", "starts_at", "ends_at",
+		"restricted", "split", "funder", "request_id", "id", "closed_at", "frozen_reason",
+		"revision"},
+		{TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		BOOLOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID, INT8OID}}
 };
 static RpInsertTarget stripe_target = {
 	RP_REL_STRIPE, false, 4, 4,
 	{"activity_id", "stripe", "balance", "packets"}, {INT8OID, INT4OID, INT8OID, INT4OID}
 };
-static RpInsertTarget ledger_target = {
-	RP_REL_LEDGER, false, 5, 5,
-	{"activity_id", "kind", "amount", "reason", "packets"},
-	{INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
+static RpInsertTarget ledger_targets[2] = {
+	{RP_REL_LEDGER, false, 5, 5,
+		{"activity_id", "kind", "amount", "reason", "packets"},
+		{INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}},
+	{RP_REL_LEDGER, false, 6, 6,
+		{"activity_id", "kind", "amount", "reason", "packets", "funder"},
+		{INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID, TEXTOID}}
 };
 static RpInsertTarget state_target = {
 	RP_REL_RECONCILE_STATE, false, 1, 1, {"activity_id"}, {INT8OID}
@@ -156,7 +209,7 @@ static RpInsertTarget state_target = {
 
 /* The activity's stripes, spread as RpStripeSpread spreads them. */
 static void
-InsertStripes(RpInserter *ins, int64 id, int64 units, int32 packets, int32 stripes)
+InsertStripes(RpInserter *ins, int64 id, int64 units, int32 packets, int32 stripes, int64 unit)
 {
 	for (int32 g = 0; g < stripes; g++)
 	{
@@ -165,20 +218,20 @@ InsertStripes(RpInserter *ins, int64 id, int64 units, int32 packets, int32 strip
 
 		values[0] = Int64GetDatum(id);
 		values[1] = Int32GetDatum(g);
-		values[2] = Int64GetDatum(RpStripeShare(units, stripes, g));
+		values[2] = Int64GetDatum(RpStripeBalance(units, packets, stripes, g, unit));
 		values[3] = Int32GetDatum((int32) RpStripeShare(packets, stripes, g));
 		RpInsertRow(ins, 1, values, isnull);
 	}
 }
 
-/* The activity as written, from the row RpInsertRow returned. */
+/* The activity as written, from the row RpInsertRow returned (given columns set). */
 static void
-ActivityInserted(RpInserter *ins, RpActivity *act)
+ActivityInserted(RpInserter *ins, int given, RpActivity *act)
 {
 	bool		isnull;
 	Datum		d;
 
-	act->id = DatumGetInt64(RpInsertedValue(ins, 0, CA_ID, &isnull));
+	act->id = DatumGetInt64(RpInsertedValue(ins, 0, given + CA_ID, &isnull));
 	d = RpInsertedValue(ins, 0, CA_PACKETS, &isnull);
 	act->packets = isnull ? 0 : DatumGetInt32(d);
 	act->scale = DatumGetInt32(RpInsertedValue(ins, 0, CA_SCALE, &isnull));
@@ -187,45 +240,67 @@ ActivityInserted(RpInserter *ins, RpActivity *act)
 	act->starts_at = DatumGetTimestampTz(RpInsertedValue(ins, 0, CA_STARTS_AT, &isnull));
 	d = RpInsertedValue(ins, 0, CA_ENDS_AT, &isnull);
 	act->ends_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
-	(void) RpInsertedValue(ins, 0, CA_CLOSED_AT, &isnull);
+	(void) RpInsertedValue(ins, 0, given + CA_CLOSED_AT, &isnull);
 	act->closed = !isnull;
-	(void) RpInsertedValue(ins, 0, CA_FROZEN_REASON, &isnull);
+	(void) RpInsertedValue(ins, 0, given + CA_FROZEN_REASON, &isnull);
 	act->frozen = !isnull;
-	act->revision = DatumGetInt64(RpInsertedValue(ins, 0, CA_REVISION, &isnull));
+	act->revision = DatumGetInt64(RpInsertedValue(ins, 0, given + CA_REVISION, &isnull));
 	act->restricted = DatumGetBool(RpInsertedValue(ins, 0, CA_RESTRICTED, &isnull));
 }
 
 /*
- * create_14 written directly: values/nulls as create_14's first nine
- * parameters, units the total in minor units.
- * False when the tables cannot be written so (nothing was written).
+ * A new activity's row (create_14's and create_16's parameters; v16: the
+ * 1.6 ones are set), its total in minor units and the share of an equal
+ * packet (0: not equal).
+ */
+typedef struct NewActivity
+{
+	Datum		values[14];
+	char		nulls[14];
+	bool		has_restricted;	/* 1.4 */
+	bool		v16;
+	int64		units;
+	int64		unit;
+} NewActivity;
+
+/*
+ * create_14 or create_16 written directly.  False when the tables cannot
+ * be written so (nothing was written).
  */
 static bool
-CreateDirect(const Datum *values, const char *nulls, int64 units, RpActivity *act)
+CreateDirect(const NewActivity *na, RpActivity *act)
 {
-	RpInsertTarget *targets[4] = {&activity_target, &stripe_target, &ledger_target,
-	&state_target};
+	RpInsertTarget *targets[4] = {&activity_targets[na->v16], &stripe_target,
+	&ledger_targets[na->v16], &state_target};
+	int			given = na->v16 ? CA_NGIVEN : CA_NGIVEN_14;
 	RpInserter	ins = {0};
+	Datum		values[CA_NGIVEN];
 	bool		isnull[CA_NGIVEN];
-	Datum		row[5];
-	bool		rownull[5] = {false, false, false, false, nulls[2] == 'n'};
+	Datum		row[6];
+	bool		rownull[6] = {false, false, false, false, na->nulls[2] == 'n', na->nulls[12] == 'n'};
 	bool		ok = rp_direct_claims && RpInsertBegin(&ins, targets, 4);
 
 	if (ok)
 	{
-		for (int c = 0; c < CA_NGIVEN; c++)
-			isnull[c] = nulls[c] == 'n';
+		for (int c = 0; c < given; c++)
+		{
+			int			p = c < CA_NGIVEN_14 ? c : c + 2;	/* past $10, $11 */
+
+			values[c] = na->values[p];
+			isnull[c] = na->nulls[p] == 'n';
+		}
 		RpInsertRow(&ins, 0, values, isnull);
-		ActivityInserted(&ins, act);
+		ActivityInserted(&ins, given, act);
 		/* in create_14's order: its CTEs run from the last one up */
 		row[0] = Int64GetDatum(act->id);
 		row[1] = CStringGetTextDatum("fund");
-		row[2] = values[1];
+		row[2] = na->values[1];
 		row[3] = CStringGetTextDatum("funded");
-		row[4] = values[2];
+		row[4] = na->values[2];
+		row[5] = na->values[12];
 		RpInsertRow(&ins, 3, row, rownull);
 		RpInsertRow(&ins, 2, row, rownull);
-		InsertStripes(&ins, act->id, units, act->packets, act->stripes);
+		InsertStripes(&ins, act->id, na->units, act->packets, act->stripes, na->unit);
 	}
 	RpInsertEnd(&ins);
 	ereport(DEBUG1,
@@ -241,25 +316,52 @@ static RpPlan set_frozen = {
 	3, {INT8OID, TEXTOID, TIMESTAMPTZOID}
 };
 
-/*
- * A ledger entry; packets is what it adds to the packet cap (0: none),
- * recorded from 1.4 on.
- */
-void
-RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
-			   const char *reason)
+/* The activity's funder (1.6), copied into the caller's context; NULL when none. */
+Datum
+RpActivityFunder(int64 activity, bool *isnull)
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n'};
-	bool		v14 = RpCatalogVersion() >= RP_CATALOG_1_4;
+	Datum		id = Int64GetDatum(activity);
+	Datum		d;
+
+	if (RpExec(&read_funder, &id, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the funder of activity " INT64_FORMAT, activity);
+	d = RpGetDatum(0, 1, isnull);
+	return *isnull ? (Datum) 0 : SPI_datumTransfer(d, false, -1);
+}
+
+/*
+ * A ledger entry with its funder (1.6); packets is what it adds to the
+ * packet cap (0: none), recorded from 1.4 on.
+ */
+static void
+InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
+			 const char *reason, Datum funder, bool no_funder)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n', no_funder ? 'n' : ' '};
+	int			version = RpCatalogVersion();
 
 	values[0] = Int64GetDatum(activity);
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = NumericGetDatum(RpUnitsToAmount(units, scale));
 	values[3] = CStringGetTextDatum(reason);
 	values[4] = Int32GetDatum(packets);
-	if (RpExec(v14 ? &insert_ledger_14 : &insert_ledger, values, nulls, false, 0) != SPI_OK_INSERT)
+	values[5] = funder;
+	if (RpExec(version >= RP_CATALOG_1_6 ? &insert_ledger_16
+			   : version >= RP_CATALOG_1_4 ? &insert_ledger_14 : &insert_ledger,
+			   values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write ledger entry");
+}
+
+void
+RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
+			   const char *reason)
+{
+	bool		no_funder = true;
+	Datum		funder = RpCatalogVersion() >= RP_CATALOG_1_6
+		? RpActivityFunder(activity, &no_funder) : (Datum) 0;
+
+	InsertLedger(activity, kind, units, scale, packets, reason, funder, no_funder);
 }
 
 /* "a,b,c" as a text[] */
@@ -339,98 +441,218 @@ IntArg(FunctionCallInfo fcinfo, int argno, const char *what, int32 min, int32 ma
 	return v;
 }
 
-Datum
-rp_create_activity(PG_FUNCTION_ARGS)
+/* The terms a split needs: packets for lucky and equal, equal shares for equal. */
+static int64
+SplitUnit(RpSplit split, int64 total_units, int32 packets, int scale)
+{
+	if ((split == RP_SPLIT_LUCKY || split == RP_SPLIT_EQUAL) && packets == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("packets must be given for the %s split", split == RP_SPLIT_LUCKY ? "lucky" : "equal"),
+				 errdetail("The split is over the packets of the activity.")));
+	if (split != RP_SPLIT_EQUAL)
+		return 0;
+	if (total_units % packets != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("total does not split into %d equal packets", packets),
+				 errdetail("At scale %d the total is " INT64_FORMAT " minor units, which %d packets do not divide.",
+						   scale, total_units, packets),
+				 errhint("Choose a total that is a multiple of %d minor units.", packets)));
+	return total_units / packets;
+}
+
+/* An optional id argument (funder, request_id): NULL, or checked as a user id is. */
+static text *
+IdArg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	text	   *id;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	id = PG_GETARG_TEXT_PP(argno);
+	RpCheckUserId(id, what, 0);
+	return id;
+}
+
+/*
+ * rp_create_activity's arguments, checked, as the parameters of create_14
+ * or create_16 (stripes left to the caller).
+ */
+static void
+ReadNewActivity(FunctionCallInfo fcinfo, NewActivity *na)
 {
 	int			scale;
-	int64		total_units;
 	int32		packets = 0;
 	int32		stripes;
-	int32		per_user_limit;
-	TimestampTz starts_at;
-	bool		restricted = false;
-	Datum		values[11];
-	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	int64		id;
+	RpSplit		split = RP_SPLIT_ANY;
 
+	memset(na, 0, sizeof(*na));
+	memset(na->nulls, ' ', sizeof(na->nulls));
 	RpNoNull(PG_ARGISNULL(0), "total");
-	if (PG_NARGS() > 8)			/* 1.4 */
-	{
+	na->v16 = PG_NARGS() > 9;
+	na->has_restricted = PG_NARGS() > 8;
+	if (na->has_restricted)
 		RpNoNull(PG_ARGISNULL(8), "restricted");
-		restricted = PG_GETARG_BOOL(8);
-	}
+	if (na->v16 && !PG_ARGISNULL(9))
+		split = RpSplitFromName(text_to_cstring(PG_GETARG_TEXT_PP(9)));
 	scale = IntArg(fcinfo, 6, "scale", RP_MIN_SCALE, RP_MAX_SCALE);
-	per_user_limit = IntArg(fcinfo, 7, "per_user_limit", 1, PG_INT32_MAX);
 	stripes = PG_ARGISNULL(4) ? rp_default_stripes
 		: IntArg(fcinfo, 4, "stripes", RP_MIN_STRIPES, RP_MAX_STRIPES);
-	total_units = RpAmountToUnits(PG_GETARG_NUMERIC(0), scale, "total");
-
+	na->units = RpAmountToUnits(PG_GETARG_NUMERIC(0), scale, "total");
 	if (!PG_ARGISNULL(1))
 	{
 		packets = IntArg(fcinfo, 1, "packets", 1, PG_INT32_MAX);
-		if (total_units < packets)
+		if (na->units < packets)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("total is too small for %d packets", packets),
 					 errdetail("Every packet gets at least one minor unit, so total must be at least %d minor units at scale %d.",
 							   packets, scale)));
 	}
-
+	na->unit = SplitUnit(split, na->units, packets, scale);
 	RpNoNull(PG_ARGISNULL(2), "starts_at");
-	starts_at = PG_GETARG_TIMESTAMPTZ(2);
-	if (!PG_ARGISNULL(3) && PG_GETARG_TIMESTAMPTZ(3) <= starts_at)
+	if (!PG_ARGISNULL(3) && PG_GETARG_TIMESTAMPTZ(3) <= PG_GETARG_TIMESTAMPTZ(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ends_at must be after starts_at")));
 
-	stripes = RpStripesFor(!PG_ARGISNULL(4), stripes, total_units, packets);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	values[0] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
-	nulls[0] = PG_ARGISNULL(5) ? 'n' : ' ';
-	values[1] = NumericGetDatum(RpUnitsToAmount(total_units, scale));
-	values[2] = Int32GetDatum(packets);
-	nulls[2] = packets > 0 ? ' ' : 'n';
-	values[3] = Int32GetDatum(scale);
-	values[4] = Int32GetDatum(stripes);
-	values[5] = Int32GetDatum(per_user_limit);
-	values[6] = TimestampTzGetDatum(starts_at);
-	values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
-	values[8] = BoolGetDatum(restricted);
-	if (PG_NARGS() > 8 && RpCatalogVersion() >= RP_CATALOG_1_4 && !RpDistributed())
+	na->values[0] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);
+	na->nulls[0] = PG_ARGISNULL(5) ? 'n' : ' ';
+	na->values[1] = NumericGetDatum(RpUnitsToAmount(na->units, scale));
+	na->values[2] = Int32GetDatum(packets);
+	na->nulls[2] = packets > 0 ? ' ' : 'n';
+	na->values[3] = Int32GetDatum(scale);
+	na->values[4] = Int32GetDatum(RpStripesFor(!PG_ARGISNULL(4), stripes, na->units, packets));
+	na->values[5] = Int32GetDatum(IntArg(fcinfo, 7, "per_user_limit", 1, PG_INT32_MAX));
+	na->values[6] = PG_GETARG_DATUM(2);
+	na->values[7] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	na->nulls[7] = PG_ARGISNULL(3) ? 'n' : ' ';
+	na->values[8] = BoolGetDatum(na->has_restricted && PG_GETARG_BOOL(8));
+	na->values[11] = CStringGetTextDatum(RpSplitName(split));
+	for (int i = 0; i < 2; i++)
 	{
-		RpActivity	act;
+		text	   *id = IdArg(fcinfo, 10 + i, i == 0 ? "funder" : "request_id");
 
-		if (!CreateDirect(values, nulls, total_units, &act))
+		na->values[12 + i] = PointerGetDatum(id);
+		na->nulls[12 + i] = id ? ' ' : 'n';
+	}
+}
+
+/*
+ * The activity a creation request made before: the same funder and
+ * request id.  The request's lock, held to the end of the transaction,
+ * makes a retry wait for the creation still in flight; read with the
+ * latest snapshot, what it made is seen at every isolation level.  Terms
+ * other than the ones asked now are an error (the schedule and the stripe
+ * count may differ: a retry computes its now() again).  0 when none.
+ */
+static RpPlan find_request = {
+	"SELECT a.id, a.total OPERATOR(pg_catalog.=) $3 AND a.packets IS NOT DISTINCT FROM $4"
+	"       AND a.scale OPERATOR(pg_catalog.=) $5 AND a.per_user_limit OPERATOR(pg_catalog.=) $6"
+	"       AND a.restricted OPERATOR(pg_catalog.=) $7 AND a.split OPERATOR(pg_catalog.=) $8"
+	"  FROM redpacket.activity a"
+	" WHERE a.funder IS NOT DISTINCT FROM $1 AND a.request_id OPERATOR(pg_catalog.=) $2",
+	8, {TEXTOID, TEXTOID, NUMERICOID, INT4OID, INT4OID, INT4OID, BOOLOID, TEXTOID}
+};
+
+static int64
+FindRequested(const NewActivity *na)
+{
+	bool		distributed = RpDistributed();
+	Datum		values[8] = {na->values[12], na->values[13], na->values[1], na->values[2],
+	na->values[3], na->values[5], na->values[8], na->values[11]};
+	char		nulls[8] = {na->nulls[12], ' ', ' ', na->nulls[2], ' ', ' ', ' ', ' '};
+	uint32		fh = na->nulls[12] == 'n' ? 0
+		: hash_any((unsigned char *) VARDATA_ANY(DatumGetPointer(na->values[12])),
+				   VARSIZE_ANY_EXHDR(DatumGetPointer(na->values[12])));
+	text	   *req = (text *) DatumGetPointer(na->values[13]);
+	bool		isnull;
+	int64		id;
+
+	(void) RpLock(RP_LOCK_REQUEST, (int64) fh,
+				  hash_any((unsigned char *) VARDATA_ANY(req), VARSIZE_ANY_EXHDR(req)), true);
+	if (SPI_execute_snapshot(RpPreparedOn(&find_request, distributed), values, nulls,
+							 GetLatestSnapshot(), InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up creation request \"%s\"", text_to_cstring(req));
+	if (SPI_processed == 0)
+		return 0;
+	id = RpGetInt64(0, 1, 0);
+	if (!DatumGetBool(RpGetDatum(0, 2, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("request_id \"%s\" made activity " INT64_FORMAT " with other terms",
+						text_to_cstring(req), id),
+				 errdetail("A retried creation must ask for the same total, packets, scale, per_user_limit, restricted and split."),
+				 errhint("Use a new request_id for a new activity.")));
+	return id;
+}
+
+/* The rows of a new activity, through the direct path or SQL; returns its id. */
+static int64
+CreateActivity(NewActivity *na)
+{
+	RpActivity	act;
+	int32		packets = na->nulls[2] == 'n' ? 0 : DatumGetInt32(na->values[2]);
+	int32		stripes = DatumGetInt32(na->values[4]);
+	int64		id;
+
+	if (RpCatalogVersion() >= RP_CATALOG_1_4 && !RpDistributed() && na->has_restricted)
+	{
+		if (!CreateDirect(na, &act))
 		{
-			RpStripeSpread(total_units, packets, stripes, &values[9], &values[10]);
-			nulls[9] = ' ';
-			nulls[10] = packets > 0 ? ' ' : 'n';
-			if (RpExec(&create_14, values, nulls, false, 0) != SPI_OK_SELECT ||
-				SPI_processed != 1)
+			RpStripeSpread(na->units, packets, stripes, na->unit, &na->values[9], &na->values[10]);
+			na->nulls[10] = packets > 0 ? ' ' : 'n';
+			if (RpExec(na->v16 ? &create_16 : &create_14, na->values, na->nulls, false, 0) !=
+				SPI_OK_SELECT || SPI_processed != 1)
 				elog(ERROR, "could not insert activity");
 			RpActivityFromRow(RpGetInt64(0, 1, 0), 2, &act);
 		}
-		id = act.id;
 		/* the row as written: its first claims need not read it */
 		RpActivityMetaRemember(&act);
-		SPI_finish();
-		PG_RETURN_INT64(id);
+		return act.id;
 	}
-	if (RpExec(PG_NARGS() > 8 ? &insert_activity_14 : &insert_activity, values, nulls, false,
-			   1) != SPI_OK_INSERT_RETURNING)
+	if (na->v16)
+	{
+		Datum		v[12];
+		char		n[12];
+
+		memcpy(v, na->values, sizeof(Datum) * 9);
+		memcpy(n, na->nulls, 9);
+		memcpy(v + 9, na->values + 11, sizeof(Datum) * 3);
+		memcpy(n + 9, na->nulls + 11, 3);
+		if (RpExec(&insert_activity_16, v, n, false, 1) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "could not insert activity");
+	}
+	else if (RpExec(na->has_restricted ? &insert_activity_14 : &insert_activity, na->values,
+					na->nulls, false, 1) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "could not insert activity");
 	id = RpGetInt64(0, 1, 0);
+	RpCreateStripes(id, na->units, packets, stripes, na->unit);
+	InsertLedger(id, "fund", na->units, DatumGetInt32(na->values[3]), packets, "funded",
+				 na->values[12], na->nulls[12] == 'n');
+	{
+		Datum		v = Int64GetDatum(id);
 
-	RpCreateStripes(id, total_units, packets, stripes);
-	values[0] = Int64GetDatum(id);
-	RpInsertLedger(id, "fund", total_units, scale, packets, "funded");
-	if (RpExec(&insert_state, values, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert reconciliation state");
+		if (RpExec(&insert_state, &v, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not insert reconciliation state");
+	}
+	return id;
+}
 
+Datum
+rp_create_activity(PG_FUNCTION_ARGS)
+{
+	NewActivity na;
+	int64		id = 0;
+
+	ReadNewActivity(fcinfo, &na);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (na.nulls[13] != 'n')
+		id = FindRequested(&na);
+	if (id == 0)
+		id = CreateActivity(&na);
 	SPI_finish();
 	PG_RETURN_INT64(id);
 }

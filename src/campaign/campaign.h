@@ -10,6 +10,7 @@
 #include "base/base.h"
 
 /* activity.c */
+extern Datum RpActivityFunder(int64 activity, bool *isnull);
 extern void RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
 						   int32 packets, const char *reason);
 extern char *RpActivityState(int64 activity, const char *keys);

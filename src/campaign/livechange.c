@@ -378,6 +378,7 @@ rp_top_up(PG_FUNCTION_ARGS)
 	char	   *before;
 	char	   *reason = Reason(fcinfo, 3);
 	Datum		funded;
+	int64		unit;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "amount");
@@ -410,6 +411,15 @@ rp_top_up(PG_FUNCTION_ARGS)
 							   units)));
 	}
 
+	if (RpActivitySplit(&act, &unit) == RP_SPLIT_EQUAL && units != unit * packets)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("amount must be %d equal packets of activity " INT64_FORMAT, packets, act.id),
+				 errdetail("The activity pays every packet %s.",
+						   DatumGetCString(DirectFunctionCall1(numeric_out,
+															   NumericGetDatum(RpUnitsToAmount(unit, act.scale))))),
+				 errhint("Top up a multiple of the packet with as many packets.")));
+
 	ChangeLock(&act, "rp_top_up");
 	ReadStripes(&act, &st);
 	if (st.total > PG_INT64_MAX - units || st.total_packets > PG_INT32_MAX - packets)
@@ -429,8 +439,8 @@ rp_top_up(PG_FUNCTION_ARGS)
 	add_packets = palloc(sizeof(int32) * Max(st.n, 1));
 	for (int i = 0; i < st.n; i++)
 	{
-		add_units[i] = units / st.n + (i < units % st.n ? 1 : 0);
 		add_packets[i] = packets / st.n + (i < packets % st.n ? 1 : 0);
+		add_units[i] = unit > 0 ? unit * add_packets[i] : units / st.n + (i < units % st.n ? 1 : 0);
 	}
 	if (packets > 0)
 		revision = BumpRevision(act.id);	/* the cap changed */
@@ -478,11 +488,18 @@ rp_withdraw(PG_FUNCTION_ARGS)
 	char	   *before;
 	char	   *reason = Reason(fcinfo, 2);
 	int64		remaining;
+	int64		unit;
 
 	RpNoNull(PG_ARGISNULL(0), "activity");
 	RpNoNull(PG_ARGISNULL(1), "amount");
 	ChangeBegin(PG_GETARG_INT64(0), "rp_withdraw", &act);
 	units = RpAmountToUnits(PG_GETARG_NUMERIC(1), act.scale, "amount");
+	if (RpActivitySplit(&act, &unit) == RP_SPLIT_EQUAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot withdraw from activity " INT64_FORMAT, act.id),
+				 errdetail("The activity pays equal packets: every packet left keeps its share."),
+				 errhint("Close the activity to return what is left to the funder.")));
 
 	ChangeLock(&act, "rp_withdraw");
 	capped = act.packets != 0;

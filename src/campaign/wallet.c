@@ -268,6 +268,13 @@ static RpPlan insert_refund = {
 	3, {INT8OID, NUMERICOID, TEXTOID}
 };
 
+/* 1.6: the refund names the activity's funder ($4) */
+static RpPlan insert_refund_16 = {
+	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, funder)"
+	" VALUES ($1, 'refund', $2, $3, $4) RETURNING entry_id",
+	4, {INT8OID, NUMERICOID, TEXTOID, TEXTOID}
+};
+
 static void
 ReadClaim(const RpActivity *act, int64 claim_id, ClaimToReverse *c)
 {
@@ -324,7 +331,9 @@ InsertReversal(const RpActivity *act, const ClaimToReverse *c, text *reason)
 static char *
 GiveBack(const RpActivity *act, const ClaimToReverse *c, bool settled, text *reason)
 {
-	Datum		values[3];
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', 'n'};
+	bool		no_funder = true;
 	char	   *amount = DatumGetCString(DirectFunctionCall1(numeric_out,
 															 NumericGetDatum(c->amount)));
 
@@ -341,7 +350,11 @@ GiveBack(const RpActivity *act, const ClaimToReverse *c, bool settled, text *rea
 
 	values[1] = NumericGetDatum(c->amount);
 	values[2] = PointerGetDatum(reason);
-	if (RpExec(&insert_refund, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING
+	if (RpCatalogVersion() >= RP_CATALOG_1_6)
+		values[3] = RpActivityFunder(act->id, &no_funder);
+	nulls[3] = no_funder ? 'n' : ' ';
+	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_6 ? &insert_refund_16 : &insert_refund,
+			   values, nulls, false, 0) != SPI_OK_INSERT_RETURNING
 		|| SPI_processed != 1)
 		elog(ERROR, "could not write the refund of claim " INT64_FORMAT, c->claim_id);
 	return psprintf("{\"claim_id\": " INT64_FORMAT ", \"state\": \"reversed\", \"amount\": %s,"

@@ -24,18 +24,21 @@ extern void RpLocksInit(void);
 
 /* stripe.c: the stripe count of a new activity, and its stripes */
 extern int	RpStripesFor(bool given, int stripes, int64 total_units, int32 packets);
-extern void RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes);
+extern void RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes, int64 unit);
 
 /*
  * The spread of a new activity over its stripes: stripe g of n holds
  * total / n, and the first total % n stripes one more (budget in minor
- * units and packets alike; nothing dealt).  RpStripeSpread gives the
+ * units and packets alike; nothing dealt), except that the packets of an
+ * equal split (unit > 0 minor units each) bring exactly their money, so
+ * that no stripe holds a packet it cannot pay.  RpStripeSpread gives the
  * balances (int8[]) and packets (int4[]; 0 when there is no cap, for NULL)
  * of every stripe, as a statement's parameters.
  */
 extern int64 RpStripeShare(int64 total, int n, int g);
-extern void RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances,
-						   Datum *packs);
+extern int64 RpStripeBalance(int64 units, int32 packets, int stripes, int g, int64 unit);
+extern void RpStripeSpread(int64 units, int32 packets, int stripes, int64 unit,
+						   Datum *balances, Datum *packs);
 
 /* An activity's stripe rows all there, else an error; halted set from the activity. */
 extern void RpCheckStripeRows(const RpActivity *act);
@@ -59,5 +62,18 @@ typedef struct RpCall
 extern bool RpCallBegin(RpCall *call, int64 activity);
 extern void RpCallEnd(RpCall *call, bool keep);
 extern bool RpWaitLock(RpLockKind kind, int64 activity, uint32 sub, LOCKMODE mode);
+
+/*
+ * split.c: how an activity's claims are paid, a term fixed at its creation
+ * (1.6; any before): lucky, equal (*unit, in minor units, each) or caller;
+ * any is 1.5's rule, an amount named is paid and none draws.
+ */
+typedef enum RpSplit
+{
+	RP_SPLIT_ANY, RP_SPLIT_LUCKY, RP_SPLIT_EQUAL, RP_SPLIT_CALLER
+} RpSplit;
+extern RpSplit RpSplitFromName(const char *name);
+extern const char *RpSplitName(RpSplit split);
+extern RpSplit RpActivitySplit(const RpActivity *act, int64 *unit);
 
 #endif							/* RP_CLAIM_H */

@@ -25,20 +25,46 @@ RpCheckRequest(const RpClaimRequest *r)
 	RpCheckRequestId(r->request_id, r->elem == 0 ? "request_id" : "request_ids", r->elem);
 }
 
+/*
+ * The amount of the claim in minor units (0: a lucky draw), as the
+ * activity's split says: a lucky or equal activity pays what the server
+ * decides and refuses a named amount; a caller one needs it; any pays an
+ * amount named and draws without one, where there are packets.
+ */
+static int64
+ClaimUnits(const RpClaimRequest *r, const RpActivity *act)
+{
+	int64		unit;
+	RpSplit		split = RpActivitySplit(act, &unit);
+	const char *arg = ArgName(r, "amount", "amounts");
+
+	if (r->amount != NULL && (split == RP_SPLIT_LUCKY || split == RP_SPLIT_EQUAL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be NULL for activity " INT64_FORMAT, arg, act->id),
+				 errdetail(split == RP_SPLIT_LUCKY
+						   ? "The activity is a lucky draw: the server draws every amount."
+						   : "The activity pays every packet the same share of its total."),
+				 errhint("Claim without an amount.")));
+	if (split == RP_SPLIT_EQUAL)
+		return unit;
+	if (r->amount != NULL)
+		return RpAmountToUnits(r->amount, act->scale, arg);
+	if (split == RP_SPLIT_CALLER || act->packets == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be given for activity " INT64_FORMAT, arg, act->id),
+				 split == RP_SPLIT_CALLER
+				 ? errdetail("The activity pays every claim the amount it names.")
+				 : errdetail("A lucky draw (amount NULL) needs an activity created with packets."),
+				 errhint("Pass the amount to claim.")));
+	return 0;
+}
+
 void
 RpResolveRequest(RpClaimRequest *r, const RpActivity *act)
 {
-	if (r->amount != NULL)
-		r->units = RpAmountToUnits(r->amount, act->scale, ArgName(r, "amount", "amounts"));
-	else if (act->packets == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be given for activity " INT64_FORMAT,
-						ArgName(r, "amount", "amounts"), act->id),
-				 errdetail("A lucky draw (amount NULL) needs an activity created with packets."),
-				 errhint("Pass the amount to claim, or create the activity with packets.")));
-	else
-		r->units = 0;
+	r->units = ClaimUnits(r, act);
 	if (act->per_user_limit > 1 && r->request_id == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

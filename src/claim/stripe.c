@@ -252,15 +252,22 @@ RpStripeShare(int64 total, int n, int g)
 	return total / n + (g < total % n ? 1 : 0);
 }
 
+int64
+RpStripeBalance(int64 units, int32 packets, int stripes, int g, int64 unit)
+{
+	return unit > 0 ? unit * RpStripeShare(packets, stripes, g) : RpStripeShare(units, stripes, g);
+}
+
 void
-RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances, Datum *packs)
+RpStripeSpread(int64 units, int32 packets, int stripes, int64 unit, Datum *balances,
+			   Datum *packs)
 {
 	Datum	   *b = palloc(sizeof(Datum) * stripes);
 	Datum	   *p = palloc(sizeof(Datum) * stripes);
 
 	for (int g = 0; g < stripes; g++)
 	{
-		b[g] = Int64GetDatum(RpStripeShare(units, stripes, g));
+		b[g] = Int64GetDatum(RpStripeBalance(units, packets, stripes, g, unit));
 		p[g] = Int32GetDatum((int32) RpStripeShare(packets, stripes, g));
 	}
 	*balances = PointerGetDatum(construct_array(b, stripes, INT8OID, sizeof(int64),
@@ -279,13 +286,13 @@ RpStripeSpread(int64 units, int32 packets, int stripes, Datum *balances, Datum *
  * for a deal.
  */
 void
-RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes)
+RpCreateStripes(int64 activity, int64 units, int32 packets, int stripes, int64 unit)
 {
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', packets > 0 ? ' ' : 'n'};
 
 	values[0] = Int64GetDatum(activity);
-	RpStripeSpread(units, packets, stripes, &values[1], &values[2]);
+	RpStripeSpread(units, packets, stripes, unit, &values[1], &values[2]);
 	if (RpExecOn(&insert_even, RpDistributed(), values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not insert stripes");
 }

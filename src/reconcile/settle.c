@@ -34,13 +34,13 @@
  * PostgreSQL reports as 40001 rather than the 23505 a plain INSERT would
  * raise).  1.4 empties dealt too, and records a 'settle' change ($4).
  */
-#define RP_SETTLE_HEAD(IN, A, ANY_OF) \
-	"WITH i AS (SELECT x.id, x.ord, a.scale," \
+#define RP_SETTLE_HEAD(IN, A, ANY_OF, FUNDER) \
+	"WITH i AS (SELECT x.id, x.ord, a.scale" FUNDER("a.") "," \
 	"                  NOT EXISTS (SELECT FROM redpacket.ledger l" \
 	"                               WHERE l.activity_id OPERATOR(pg_catalog.=) " A \
 	"                                 AND l.kind OPERATOR(pg_catalog.=) 'return') AS empty_it" \
 	"             FROM " IN \
-	"            CROSS JOIN LATERAL (SELECT y.scale FROM redpacket.activity y" \
+	"            CROSS JOIN LATERAL (SELECT y.scale" FUNDER("y.") " FROM redpacket.activity y" \
 	"                                 WHERE y.id OPERATOR(pg_catalog.=) " A " OFFSET 0) a)," \
 	"     t AS (SELECT s.activity_id AS id, pg_catalog.sum(s.balance)::pg_catalog.int8 AS units" \
 	"             FROM redpacket.stripe s" \
@@ -67,12 +67,12 @@
 	"                                    OR s.packets OPERATOR(pg_catalog.<>) 0" \
 	"                                    OR s.dealt_count OPERATOR(pg_catalog.<>) 0)))" \
 	"            RETURNING s.activity_id),"
-#define RP_SETTLE_TAIL(ANY_OF) \
-	"     r AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)" \
+#define RP_SETTLE_TAIL(ANY_OF, FUNDER) \
+	"     r AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason" FUNDER("") ")" \
 	"           SELECT i.id, 'return'," \
 	"                  pg_catalog.round(COALESCE(t.units, 0)::pg_catalog.numeric OPERATOR(pg_catalog./)" \
 	"                                   pg_catalog.power(10::pg_catalog.numeric, i.scale::pg_catalog.numeric)," \
-	"                                   i.scale), $3" \
+	"                                   i.scale), $3" FUNDER("i.") \
 	"             FROM i LEFT JOIN t ON t.id OPERATOR(pg_catalog.=) i.id WHERE i.empty_it" \
 	"           ON CONFLICT (activity_id, kind) WHERE kind OPERATOR(pg_catalog.=) 'return' DO NOTHING" \
 	"           RETURNING activity_id, amount)," \
@@ -95,10 +95,14 @@ enum
 #define RP_SETTLE_SET_ANY "OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[])"
 #define RP_SETTLE_ONE_IN "(SELECT $1::pg_catalog.int8 AS id, 1 AS ord) x"
 #define RP_SETTLE_ONE_ANY "OPERATOR(pg_catalog.=) $1"
+/* 1.6: the return names the activity's funder (FUNDER("a."): ", a.funder") */
+#define RP_NO_FUNDER(ALIAS) ""
+#define RP_FUNDER(ALIAS) ", " ALIAS "funder"
 #define RP_SETTLE_10(IN, A, ANY_OF) \
-	RP_SETTLE_HEAD(IN, A, ANY_OF) RP_SETTLE_ZERO_10(ANY_OF) RP_SETTLE_TAIL(ANY_OF) RP_SETTLE_RESULT
-#define RP_SETTLE_14(IN, A, ANY_OF) \
-	RP_SETTLE_HEAD(IN, A, ANY_OF) RP_SETTLE_ZERO_14(ANY_OF) RP_SETTLE_TAIL(ANY_OF) "," \
+	RP_SETTLE_HEAD(IN, A, ANY_OF, RP_NO_FUNDER) RP_SETTLE_ZERO_10(ANY_OF) \
+	RP_SETTLE_TAIL(ANY_OF, RP_NO_FUNDER) RP_SETTLE_RESULT
+#define RP_SETTLE_14(IN, A, ANY_OF, FUNDER) \
+	RP_SETTLE_HEAD(IN, A, ANY_OF, FUNDER) RP_SETTLE_ZERO_14(ANY_OF) RP_SETTLE_TAIL(ANY_OF, FUNDER) "," \
 	"     k AS (INSERT INTO redpacket.activity_change (activity_id, kind, before, after, reason, changed_at)" \
 	"           SELECT r.activity_id, 'settle', '{\"closed_at\": null}'::pg_catalog.jsonb," \
 	"                  pg_catalog.jsonb_build_object('closed_at', $2, 'returned', r.amount), $3," \
@@ -107,21 +111,25 @@ enum
 	RP_SETTLE_RESULT
 
 /*
- * [form][catalog]: the set form on a single node; one activity, named in
- * every table it reads, on Citus (which routes it to the node that holds
- * it).
+ * [form][catalog: 1.0, 1.4, 1.6]: the set form on a single node; one
+ * activity, named in every table it reads, on Citus (which routes it to
+ * the node that holds it).
  */
-static RpPlan settle_plans[2][2] = {
+static RpPlan settle_plans[2][3] = {
 	{
 		{RP_SETTLE_10(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY),
 		3, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID}, NULL, true},
-		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY),
+		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_NO_FUNDER),
+		4, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}, NULL, true},
+		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_FUNDER),
 		4, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}, NULL, true},
 	},
 	{
 		{RP_SETTLE_10(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY),
 		3, {INT8OID, TIMESTAMPTZOID, TEXTOID}},
-		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY),
+		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_NO_FUNDER),
+		4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}},
+		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_FUNDER),
 		4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}},
 	}
 };
@@ -139,7 +147,8 @@ RpSettleMany(const int64 *ids, int n, TimestampTz at, const char *reason, bool r
 {
 	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
 	Datum		v[4];
-	bool		v14 = RpCatalogVersion() >= RP_CATALOG_1_4;
+	int			version = RpCatalogVersion();
+	int			form = version >= RP_CATALOG_1_6 ? 2 : version >= RP_CATALOG_1_4 ? 1 : 0;
 	bool		one;
 	uint64		rows;
 
@@ -155,7 +164,7 @@ RpSettleMany(const int64 *ids, int n, TimestampTz at, const char *reason, bool r
 	v[1] = TimestampTzGetDatum(at);
 	v[2] = CStringGetTextDatum(reason);
 	v[3] = BoolGetDatum(record);
-	if (RpExec(&settle_plans[one][v14], v, NULL, false, 0) != SPI_OK_SELECT)
+	if (RpExec(&settle_plans[one][form], v, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not settle activities");
 	rows = SPI_processed;
 	if (rows != (uint64) n)

@@ -34,7 +34,7 @@ my $node = RedpacketTest::node(
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13 up14);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13 up14 up15);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 # An application and an operator role, granted in every database by the
 # helpers of the version installed there (the dumps compare their grants).
@@ -297,12 +297,39 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
 	same_as_fresh();
 	update_inside_claims($from);
+}
+
+# --- 1.5 -> 1.6 with a sender: rp_regrant gives it the new creation -------
+# rp_create_activity gained the split, the funder and the request id and
+# rp_activity_info two columns, so the update replaces them; a sender of
+# 1.5 is found by what the update kept and gets them back; its 1.5
+# activities pay as before (split any) and have no funder.
+{
+	local $db = 'up15sender';
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	sql("CREATE EXTENSION redpacket VERSION '1.5'", $db);
+	sql("CREATE ROLE up15_send; SELECT redpacket.rp_grant_sender('up15_send')", $db);
+	my $old = sql("SELECT redpacket.rp_create_activity(10.00, 5, stripes => 2)", $db);
+	sql("SELECT redpacket.rp_claim($old, 'before', 1.00)", $db);
+	sql('ALTER EXTENSION redpacket UPDATE', $db);
+	my $q = q{SELECT has_function_privilege('up15_send', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean, text, text, text)', 'EXECUTE')
+	          || ',' || has_function_privilege('up15_send', 'redpacket.rp_activity_info(bigint, text)', 'EXECUTE')};
+	is(sql($q, $db), 'false,false', 'the replaced functions come without grants');
+	is(sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}, $db),
+		'up15_send:sender', 'rp_regrant finds the sender of 1.5');
+	is(sql($q, $db), 'true,true', 'and gives it the new ones');
+	my $new = sql(q{SET ROLE up15_send;
+SELECT redpacket.rp_create_activity(3.00, 3, split => 'equal', funder => 'f', request_id => 'q')}, $db);
+	is(sql(qq{SELECT split || ',' || coalesce(funder, '-') FROM redpacket.activity WHERE id IN ($old, $new) ORDER BY id}, $db),
+		"any,-\nequal,f", 'a 1.5 activity pays as before, a new one as it was created');
+	is(sql(qq{SELECT (redpacket.rp_claim($old, 'after')).status || ',' || (redpacket.rp_claim($old, 'named', 1.00)).amount}, $db),
+		'claimed,1.00', 'the 1.5 activity still draws without an amount and pays one named');
 }
 
 # --- 1.3 -> 1.4 with roles: rp_regrant gives the replaced functions back ---
@@ -324,8 +351,8 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4'))
 SELECT string_agg(has_function_privilege(r, f, 'EXECUTE')::text, ',' ORDER BY r, f)
   FROM (VALUES ('up13_app', 'redpacket.rp_activity_info(bigint, text)'),
                ('up13_op', 'redpacket.rp_activity_info(bigint, text)'),
-               ('up13_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
-               ('up13_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean)'),
+               ('up13_op', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean, text, text, text)'),
+               ('up13_app', 'redpacket.rp_create_activity(numeric, integer, timestamptz, timestamptz, integer, text, integer, integer, boolean, text, text, text)'),
                ('public', 'redpacket.rp_activity_info(bigint, text)')) v(r, f)};
 	is(sql($replaced_q, $db), 'false,false,false,false,false', 'the replaced functions come without grants');
 	is(sql(q{SELECT string_agg(role || ':' || kind, ',') FROM redpacket.rp_regrant()}, $db),
@@ -361,7 +388,7 @@ SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')}, $
 # every update as in a fresh install.
 my $grants_q = q{SELECT string_agg(role_kind || ' ' || privilege, E'\n' ORDER BY role_kind, privilege)
                    FROM redpacket.role_grant};
-for my $db (qw(up10 up11 up12 up13 up14 up13roles))
+for my $db (qw(up10 up11 up12 up13 up14 up15 up13roles up15sender))
 {
 	is($node->safe_psql($db, $grants_q), $node->safe_psql('fresh', $grants_q),
 		"$db: role_grant as in a fresh install");

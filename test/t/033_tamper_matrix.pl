@@ -195,6 +195,8 @@ replica activity UPDATE starts_at
 replica activity UPDATE ends_at
 replica activity UPDATE frozen_at
 replica activity UPDATE restricted
+replica activity UPDATE funder
+replica activity UPDATE request_id
 replica activity_change UPDATE activity_id
 replica activity_change UPDATE changed_at
 replica activity_change UPDATE changed_by
@@ -215,6 +217,7 @@ replica eligible UPDATE user_id
 replica eligible UPDATE added_at
 replica eligible UPDATE added_by
 replica ledger UPDATE reason
+replica ledger UPDATE funder
 replica reconcile_problem UPDATE activity_id
 replica reconcile_problem UPDATE detail
 replica reconcile_problem UPDATE since
