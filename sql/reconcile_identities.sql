@@ -26,9 +26,11 @@ COMMIT;
 -- the pass over all sees the new entry, and the books balance with it
 SELECT new_claims, expected, actual, expected_packets, actual_packets, ok
 FROM redpacket.rp_reconcile() WHERE activity_id = :a;
--- a withdrawal of 2.00, as rp_withdraw does
+-- a withdrawal of 2.00, as rp_withdraw does (owed to the funder: a refund row)
 BEGIN;
-INSERT INTO redpacket.ledger (activity_id, kind, amount, reason) VALUES (:a, 'withdraw', 2.00, 'less');
+WITH l AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)
+           VALUES (:a, 'withdraw', 2.00, 'less') RETURNING activity_id, entry_id)
+INSERT INTO redpacket.refund (activity_id, entry_id) SELECT activity_id, entry_id FROM l;
 SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 200 WHERE activity_id = :a AND stripe = 0;
 RESET session_replication_role;
@@ -64,7 +66,9 @@ SELECT ok FROM redpacket.rp_reconcile(:f, true);
 -- which passes over what changed do not re-read; a full check does.
 SELECT redpacket.rp_create_activity(10.00, stripes => 2, name => 'changed withdrawal') AS w \gset
 BEGIN;
-INSERT INTO redpacket.ledger (activity_id, kind, amount, reason) VALUES (:w, 'withdraw', 1.00, 'less');
+WITH l AS (INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)
+           VALUES (:w, 'withdraw', 1.00, 'less') RETURNING activity_id, entry_id)
+INSERT INTO redpacket.refund (activity_id, entry_id) SELECT activity_id, entry_id FROM l;
 SET session_replication_role = replica;
 UPDATE redpacket.stripe SET balance = balance - 100 WHERE activity_id = :w AND stripe = 0;
 RESET session_replication_role;

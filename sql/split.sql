@@ -78,3 +78,13 @@ SELECT redpacket.rp_create_activity(3.00, request_id => 'anon') = :anon AS anon_
 SELECT redpacket.rp_create_activity(3.00, funder => '');
 SELECT redpacket.rp_create_activity(3.00, request_id => repeat('x', 257));
 SELECT count(*) AS checked, bool_and(ok) AS all_ok FROM redpacket.rp_verify(NULL, true) WHERE activity_id >= :lucky;
+
+-- a retry in a session that has not read the activity's split yet still
+-- answers duplicate after the activity ended (reading the split must not
+-- lose the claim found)
+SELECT redpacket.rp_create_activity(2.00, 2, funder => 'dora') AS r \gset
+SELECT (redpacket.rp_claim(:r, 'alice', 1.25)).status;
+SELECT redpacket.rp_close_activity(:r);
+\c
+SELECT status, amount FROM redpacket.rp_claim(:r, 'alice', 1.25);
+SELECT status, amount FROM redpacket.rp_claim(:r, 'alice', 1.25);

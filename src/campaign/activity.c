@@ -64,7 +64,7 @@ static RpPlan insert_activity_16 = {
  */
 static RpPlan insert_ledger_16 = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets, funder)"
-	" VALUES ($1, $2, $3, $4, $5, $6)",
+	" VALUES ($1, $2, $3, $4, $5, $6) RETURNING entry_id",
 	6, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID, TEXTOID}
 };
 
@@ -76,13 +76,13 @@ static RpPlan read_funder = {
 /* 1.4: the entry says how many packets it adds to the cap (NULL: none) */
 static RpPlan insert_ledger_14 = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, packets)"
-	" VALUES ($1, $2, $3, $4, $5)",
+	" VALUES ($1, $2, $3, $4, $5) RETURNING entry_id",
 	5, {INT8OID, TEXTOID, NUMERICOID, TEXTOID, INT4OID}
 };
 
 static RpPlan insert_ledger = {
 	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
-	" VALUES ($1, $2, $3, $4)",
+	" VALUES ($1, $2, $3, $4) RETURNING entry_id",
 	4, {INT8OID, TEXTOID, NUMERICOID, TEXTOID}
 };
 
@@ -329,17 +329,35 @@ RpActivityFunder(int64 activity, bool *isnull)
 	return *isnull ? (Datum) 0 : SPI_datumTransfer(d, false, -1);
 }
 
+/* 1.6: an entry that gives money back is owed to the funder (refund.c) */
+static RpPlan insert_owed = {
+	"INSERT INTO redpacket.refund (activity_id, entry_id) VALUES ($1, $2)",
+	2, {INT8OID, INT8OID}
+};
+
+/* Does an entry of this kind give money back to the funder? */
+static bool
+OwedBack(const char *kind)
+{
+	return strcmp(kind, "withdraw") == 0 || strcmp(kind, "return") == 0 ||
+		strcmp(kind, "refund") == 0;
+}
+
 /*
  * A ledger entry with its funder (1.6); packets is what it adds to the
- * packet cap (0: none), recorded from 1.4 on.
+ * packet cap (0: none), recorded from 1.4 on.  From 1.6 an entry that gives
+ * money back is owed to the funder until the wallet pays it (a refund
+ * row).  Returns the entry's id.
  */
-static void
+static int64
 InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
 			 const char *reason, Datum funder, bool no_funder)
 {
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', packets > 0 ? ' ' : 'n', no_funder ? 'n' : ' '};
 	int			version = RpCatalogVersion();
+	bool		isnull;
+	int64		entry;
 
 	values[0] = Int64GetDatum(activity);
 	values[1] = CStringGetTextDatum(kind);
@@ -349,11 +367,17 @@ InsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 pac
 	values[5] = funder;
 	if (RpExec(version >= RP_CATALOG_1_6 ? &insert_ledger_16
 			   : version >= RP_CATALOG_1_4 ? &insert_ledger_14 : &insert_ledger,
-			   values, nulls, false, 0) != SPI_OK_INSERT)
+			   values, nulls, false, 0) != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "could not write ledger entry");
+	values[1] = RpGetDatum(0, 1, &isnull);
+	entry = DatumGetInt64(values[1]);
+	if (version >= RP_CATALOG_1_6 && units > 0 && OwedBack(kind) &&
+		RpExec(&insert_owed, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not record what ledger entry " INT64_FORMAT " owes", entry);
+	return entry;
 }
 
-void
+int64
 RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 packets,
 			   const char *reason)
 {
@@ -361,7 +385,7 @@ RpInsertLedger(int64 activity, const char *kind, int64 units, int scale, int32 p
 	Datum		funder = RpCatalogVersion() >= RP_CATALOG_1_6
 		? RpActivityFunder(activity, &no_funder) : (Datum) 0;
 
-	InsertLedger(activity, kind, units, scale, packets, reason, funder, no_funder);
+	return InsertLedger(activity, kind, units, scale, packets, reason, funder, no_funder);
 }
 
 /* "a,b,c" as a text[] */

@@ -8,11 +8,12 @@
 #define RP_CAMPAIGN_H
 
 #include "base/base.h"
+#include "fmgr.h"
 
 /* activity.c */
 extern Datum RpActivityFunder(int64 activity, bool *isnull);
-extern void RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
-						   int32 packets, const char *reason);
+extern int64 RpInsertLedger(int64 activity, const char *kind, int64 units, int scale,
+							int32 packets, const char *reason);
 extern char *RpActivityState(int64 activity, const char *keys);
 
 /* pending.c (1.4) */
@@ -22,5 +23,9 @@ extern char *RpActivityState(int64 activity, const char *keys);
  * Inside SPI_connect.
  */
 extern void RpSettlementBegun(int64 activity);
+
+/* wallet.c: the checked arguments of rp_credited or rp_refunded, in SPI */
+extern int	RpAcknowledgement(FunctionCallInfo fcinfo, const char *ids_name, Datum *values,
+							  char *nulls);
 
 #endif							/* RP_CAMPAIGN_H */

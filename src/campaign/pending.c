@@ -50,6 +50,7 @@
 #include "campaign.h"
 
 PG_FUNCTION_INFO_V1(rp_pending_credits);
+PG_FUNCTION_INFO_V1(rp_track_claims);
 
 /*
  * Every statement below looks a settlement (or a gap's claim) up by its
@@ -64,6 +65,15 @@ PG_FUNCTION_INFO_V1(rp_pending_credits);
 	"                    WHERE s.activity_id OPERATOR(pg_catalog.=) " act \
 	"                      AND s.claim_id OPERATOR(pg_catalog.=) " claim \
 	"                    LIMIT 1) s ON true"
+
+/*
+ * 1.6: the claims before settlement tracking began (settlement_start) are
+ * behind every frontier: the frontier starts after them.
+ */
+#define RP_NO_START(act) "0::pg_catalog.int8"
+#define RP_START(act) \
+	"COALESCE((SELECT u.untracked_through FROM redpacket.settlement_start u" \
+	"           WHERE u.activity_id OPERATOR(pg_catalog.=) " act "), 0)"
 
 /*
  * The frontier, and whether advancing it could move it (a settlement after
@@ -82,6 +92,19 @@ static RpPlan advance_due = {
 	"  FROM (SELECT) AS one"
 	"  LEFT JOIN redpacket.settlement_state f ON f.activity_id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}, NULL, true
+};
+
+/*
+ * 1.6: the claims made before settlement tracking began (settlement_start)
+ * are behind every frontier: the frontier starts after them.  Read holding
+ * the frontier, the start is the latest (rp_track_claims removes it holding
+ * the frontier too).
+ */
+#define RP_START(act) \
+	"COALESCE((SELECT u.untracked_through FROM redpacket.settlement_start u" \
+	"           WHERE u.activity_id OPERATOR(pg_catalog.=) " act "), 0)"
+static RpPlan start_of = {
+	"SELECT " RP_START("$1"), 1, {INT8OID}, NULL, true
 };
 
 static RpPlan lock_state = {
@@ -185,10 +208,16 @@ static RpPlan pending_one = {
 	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
 };
 
-static RpPlan frontier = {
-	"SELECT COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f"
-	"                  WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0)",
-	1, {INT8OID}, NULL, true
+#define RP_NO_START(act) "0::pg_catalog.int8"
+#define RP_FRONTIER(START) \
+	"SELECT GREATEST(COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f" \
+	"                                      WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0)," \
+	"                           " START("$1") ")"
+
+/* [catalog: 1.4, 1.6] */
+static RpPlan frontier[2] = {
+	{RP_FRONTIER(RP_NO_START), 1, {INT8OID}, NULL, true},
+	{RP_FRONTIER(RP_START), 1, {INT8OID}, NULL, true}
 };
 
 /* Every activity's pending claims, oldest first: the function on each. */
@@ -272,6 +301,19 @@ AdvanceLimit(const RpActivity *act, Datum *values, char *nulls)
 	nulls[2] = ' ';
 }
 
+/* Where the activity's frontier starts (1.6: after the untracked claims). */
+static int64
+Start(int64 activity)
+{
+	Datum		id = Int64GetDatum(activity);
+
+	if (RpCatalogVersion() < RP_CATALOG_1_6)
+		return 0;
+	if (RpExecOn(&start_of, RpDistributed(), &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read where the settlements of activity " INT64_FORMAT " start", activity);
+	return RpGetInt64(0, 1, 0);
+}
+
 /* Move the activity's frontier as far as is safe (see the file header). */
 static void
 Advance(int64 activity)
@@ -280,6 +322,7 @@ Advance(int64 activity)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', 'n'};
 	int64		through;
+	int64		start;
 	bool		isnull;
 
 	if (!CanAdvance() || !RpFetchActivity(activity, &act, true))
@@ -289,8 +332,9 @@ Advance(int64 activity)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	if (!DatumGetBool(RpGetDatum(0, 2, &isnull)) || !LockFrontier(activity, &through))
 		return;
+	start = Start(activity);
 	AdvanceLimit(&act, values, nulls);
-	values[1] = Int64GetDatum(through);
+	values[1] = Int64GetDatum(Max(through, start));
 	if (RpExec(&advance, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not advance the settlement state of activity " INT64_FORMAT, activity);
 	if (RpExecOn(&delete_settled_gaps, RpDistributed(), values, NULL, false, 0) != SPI_OK_DELETE)
@@ -303,7 +347,8 @@ Frontier(int64 activity)
 {
 	Datum		id = Int64GetDatum(activity);
 
-	if (RpExecOn(&frontier, RpDistributed(), &id, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (RpExecOn(&frontier[RpCatalogVersion() >= RP_CATALOG_1_6], RpDistributed(), &id, NULL,
+				 false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the settlement state of activity " INT64_FORMAT, activity);
 	return RpGetInt64(0, 1, 0);
 }
@@ -378,4 +423,88 @@ rp_pending_credits(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/* ---- rp_track_claims (1.6) ---------------------------------------------- */
+
+static RpPlan untracked = {
+	"SELECT u.activity_id FROM redpacket.settlement_start u"
+	" WHERE $1::pg_catalog.int8 IS NULL OR u.activity_id OPERATOR(pg_catalog.=) $1"
+	" ORDER BY u.activity_id",
+	1, {INT8OID}, NULL, true
+};
+
+static RpPlan lock_frontier_wait = {
+	"SELECT f.settled_through FROM redpacket.settlement_state f"
+	" WHERE f.activity_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+	1, {INT8OID}, NULL, true
+};
+
+/*
+ * Bring the untracked claims of activity $1 in, its frontier being $2: the
+ * unsettled ones at or below the frontier become gaps (the claims after it
+ * are pending anyway once the start is gone).  Returns how many are pending
+ * now.
+ */
+static RpPlan track = {
+	"WITH u AS (DELETE FROM redpacket.settlement_start u"
+	"            WHERE u.activity_id OPERATOR(pg_catalog.=) $1 RETURNING u.untracked_through),"
+	"     c AS (SELECT c.claim_id FROM u, redpacket.claim c"
+	"            " RP_SETTLED_PROBE("$1", "c.claim_id")
+	"            WHERE c.activity_id OPERATOR(pg_catalog.=) $1"
+	"              AND c.claim_id OPERATOR(pg_catalog.<=) u.untracked_through AND s.found IS NULL),"
+	"     g AS (INSERT INTO redpacket.settlement_gap (activity_id, claim_id)"
+	"           SELECT $1, c.claim_id FROM c WHERE c.claim_id OPERATOR(pg_catalog.<=) $2"
+	"           ON CONFLICT DO NOTHING)"
+	" SELECT pg_catalog.count(*) FROM c",
+	2, {INT8OID, INT8OID}
+};
+
+/*
+ * Holding the activity's frontier (waiting for an advance, or for the
+ * transaction of the first credit), so that no advance reads the start
+ * this removes.
+ */
+static int64
+TrackActivity(int64 activity)
+{
+	Datum		values[2] = {Int64GetDatum(activity), Int64GetDatum(0)};
+
+	if (RpExecOn(&lock_frontier_wait, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock the settlement state of activity " INT64_FORMAT, activity);
+	if (SPI_processed == 1)
+		values[1] = Int64GetDatum(RpGetInt64(0, 1, 0));
+	if (RpExecOn(&track, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not track the claims of activity " INT64_FORMAT, activity);
+	return RpGetInt64(0, 1, 0);
+}
+
+/*
+ * rp_track_claims(activity): the claims of the activity (NULL: of every
+ * activity) made before settlement tracking began become pending credits
+ * unless settled; returns how many did.
+ */
+Datum
+rp_track_claims(PG_FUNCTION_ARGS)
+{
+	Datum		id = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
+	char		nulls[1] = {PG_ARGISNULL(0) ? 'n' : ' '};
+	int64	   *ids;
+	uint64		n;
+	int64		brought = 0;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!PG_ARGISNULL(0))
+		RpRequireLocalActivity(PG_GETARG_INT64(0));
+	if (RpExecOn(&untracked, RpDistributed(), &id, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the untracked claims");
+	n = SPI_processed;
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+		ids[i] = RpGetInt64(i, 1, 0);
+	for (uint64 i = 0; i < n; i++)
+		brought += TrackActivity(ids[i]);
+	SPI_finish();
+	PG_RETURN_INT64(brought);
 }

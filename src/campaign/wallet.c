@@ -81,11 +81,12 @@ CompareInt64(const void *a, const void *b)
 }
 
 /*
- * How many different claim ids the list holds; a NULL element or a list of
- * more than one dimension is an error (as in rp_claim_batch).
+ * How many different ids the list (the argument name) holds; a NULL
+ * element or a list of more than one dimension is an error (as in
+ * rp_claim_batch).
  */
 static int
-DistinctClaimIds(ArrayType *arr)
+DistinctIds(ArrayType *arr, const char *name)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -96,7 +97,7 @@ DistinctClaimIds(ArrayType *arr)
 	if (ARR_NDIM(arr) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("claim_ids must have one dimension")));
+				 errmsg("%s must have one dimension", name)));
 	deconstruct_array(arr, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
 					  &elems, &nulls, &n);
 	ids = palloc(sizeof(int64) * Max(n, 1));
@@ -105,7 +106,7 @@ DistinctClaimIds(ArrayType *arr)
 		if (nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("claim_ids[%d] must not be NULL", i + 1)));
+					 errmsg("%s[%d] must not be NULL", name, i + 1)));
 		ids[i] = DatumGetInt64(elems[i]);
 	}
 	qsort(ids, n, sizeof(int64), CompareInt64);
@@ -152,34 +153,50 @@ RefuseNotCredited(int64 activity, Datum *values)
 }
 
 /*
+ * The arguments of an acknowledgement, (activity, ids, reference), checked
+ * and as the statements take them in values[3] and nulls[3], inside
+ * SPI_connect with the activity known here; returns how many different ids
+ * the list holds (ids_name names the list in errors).
+ */
+int
+RpAcknowledgement(FunctionCallInfo fcinfo, const char *ids_name, Datum *values, char *nulls)
+{
+	int64		activity;
+	int			n;
+	RpActivity	act;
+
+	RpNoNull(PG_ARGISNULL(0), "activity");
+	RpNoNull(PG_ARGISNULL(1), ids_name);
+	activity = PG_GETARG_INT64(0);
+	n = DistinctIds(PG_GETARG_ARRAYTYPE_P(1), ids_name);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	RpRequireLocalActivity(activity);
+	(void) RpFetchActivity(activity, &act, false);
+	values[0] = Int64GetDatum(activity);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[0] = nulls[1] = ' ';
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	return n;
+}
+
+/*
  * rp_credited(activity, claim_ids, reference): the wallet paid these claims.
  * Returns how many were newly credited; all or nothing.
  */
 Datum
 rp_credited(PG_FUNCTION_ARGS)
 {
-	int64		activity;
-	int			n;
-	int64		credited = 0;
 	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	RpActivity	act;
+	char		nulls[3];
+	int			n = RpAcknowledgement(fcinfo, "claim_ids", values, nulls);
+	int64		activity = DatumGetInt64(values[0]);
+	int64		credited = 0;
 
-	RpNoNull(PG_ARGISNULL(0), "activity");
-	RpNoNull(PG_ARGISNULL(1), "claim_ids");
-	activity = PG_GETARG_INT64(0);
-	n = DistinctClaimIds(PG_GETARG_ARRAYTYPE_P(1));
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	RpRequireLocalActivity(activity);
-	(void) RpFetchActivity(activity, &act, false);
 	if (n > 0)
 	{
-		values[0] = Int64GetDatum(activity);
-		values[1] = PG_GETARG_DATUM(1);
-		values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-		nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 		RpSettlementBegun(activity);
 		if (RpExecOn(&insert_credits, RpDistributed(), values, nulls, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not credit claims of activity " INT64_FORMAT, activity);
@@ -262,19 +279,6 @@ static RpPlan uncount_claim = {
 	2, {INT8OID, INT4OID}
 };
 
-static RpPlan insert_refund = {
-	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason)"
-	" VALUES ($1, 'refund', $2, $3) RETURNING entry_id",
-	3, {INT8OID, NUMERICOID, TEXTOID}
-};
-
-/* 1.6: the refund names the activity's funder ($4) */
-static RpPlan insert_refund_16 = {
-	"INSERT INTO redpacket.ledger (activity_id, kind, amount, reason, funder)"
-	" VALUES ($1, 'refund', $2, $3, $4) RETURNING entry_id",
-	4, {INT8OID, NUMERICOID, TEXTOID, TEXTOID}
-};
-
 static void
 ReadClaim(const RpActivity *act, int64 claim_id, ClaimToReverse *c)
 {
@@ -331,9 +335,8 @@ InsertReversal(const RpActivity *act, const ClaimToReverse *c, text *reason)
 static char *
 GiveBack(const RpActivity *act, const ClaimToReverse *c, bool settled, text *reason)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', 'n'};
-	bool		no_funder = true;
+	Datum		values[3];
+	int64		entry;
 	char	   *amount = DatumGetCString(DirectFunctionCall1(numeric_out,
 															 NumericGetDatum(c->amount)));
 
@@ -348,18 +351,10 @@ GiveBack(const RpActivity *act, const ClaimToReverse *c, bool settled, text *rea
 						" \"returned_to\": \"budget\", \"stripe\": %d}",
 						c->claim_id, amount, c->stripe);
 
-	values[1] = NumericGetDatum(c->amount);
-	values[2] = PointerGetDatum(reason);
-	if (RpCatalogVersion() >= RP_CATALOG_1_6)
-		values[3] = RpActivityFunder(act->id, &no_funder);
-	nulls[3] = no_funder ? 'n' : ' ';
-	if (RpExec(RpCatalogVersion() >= RP_CATALOG_1_6 ? &insert_refund_16 : &insert_refund,
-			   values, nulls, false, 0) != SPI_OK_INSERT_RETURNING
-		|| SPI_processed != 1)
-		elog(ERROR, "could not write the refund of claim " INT64_FORMAT, c->claim_id);
+	entry = RpInsertLedger(act->id, "refund", c->units, act->scale, 0, text_to_cstring(reason));
 	return psprintf("{\"claim_id\": " INT64_FORMAT ", \"state\": \"reversed\", \"amount\": %s,"
 					" \"returned_to\": \"funder\", \"entry_id\": " INT64_FORMAT "}",
-					c->claim_id, amount, RpGetInt64(0, 1, 0));
+					c->claim_id, amount, entry);
 }
 
 /*

@@ -292,9 +292,6 @@ ClaimChecks(int64 activity, RpClaimRequest *req, RpActivity *act, RpOutcome *out
 	RpActivityMetaRemember(act);
 	out->scale = act->scale;
 
-	/* bad input first: nothing is written for it */
-	RpResolveRequest(req, act);
-
 	d = RpGetDatum(0, LOOKUP_CLAIM_ID, &isnull);
 	facts.has_claim = !isnull;
 	if (facts.has_claim)
@@ -304,6 +301,11 @@ ClaimChecks(int64 activity, RpClaimRequest *req, RpActivity *act, RpOutcome *out
 									 act->scale, "amount");
 		out->claimed_at = DatumGetTimestampTz(RpGetDatum(0, LOOKUP_CLAIMED_AT, &isnull));
 	}
+	/*
+	 * Bad input before any status: nothing is written for it.  It may run
+	 * statements of its own (the split), so the lookup's row is read first.
+	 */
+	RpResolveRequest(req, act);
 	status = RpStatusBeforeMoney(act, &facts, GetCurrentTransactionStartTimestamp());
 	if (status == RP_TAKE_MONEY)
 		return false;

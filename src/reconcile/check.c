@@ -375,7 +375,7 @@ RpCheckRecreateState(int64 activity)
  * nor listed as a gap, a gap that is no claim below it, or a frontier that
  * is not a settled claim (it only ever moves to one)
  */
-#define CHK_SETTLE_BAD(A) \
+#define CHK_SETTLE_BAD(A, UNTRACKED, MORE) \
 	"(SELECT pg_catalog.count(*) FROM redpacket.claim_settlement z" \
 	"   LEFT JOIN redpacket.claim c ON c.activity_id OPERATOR(pg_catalog.=) z.activity_id" \
 	"                              AND c.claim_id OPERATOR(pg_catalog.=) z.claim_id" \
@@ -384,7 +384,7 @@ RpCheckRecreateState(int64 activity)
 	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.claim c" \
 	"   JOIN redpacket.settlement_state t ON t.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
 	"  WHERE c.activity_id OPERATOR(pg_catalog.=) " A \
-	"    AND c.claim_id OPERATOR(pg_catalog.<=) t.settled_through" \
+	"    AND c.claim_id OPERATOR(pg_catalog.<=) t.settled_through" UNTRACKED(A) \
 	"    AND NOT EXISTS (SELECT FROM redpacket.claim_settlement z" \
 	"                     WHERE z.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
 	"                       AND z.claim_id OPERATOR(pg_catalog.=) c.claim_id)" \
@@ -403,18 +403,49 @@ RpCheckRecreateState(int64 activity)
 	"    AND t.settled_through OPERATOR(pg_catalog.<>) 0" \
 	"    AND NOT EXISTS (SELECT FROM redpacket.claim_settlement z" \
 	"                     WHERE z.activity_id OPERATOR(pg_catalog.=) t.activity_id" \
-	"                       AND z.claim_id OPERATOR(pg_catalog.=) t.settled_through))"
-#define CHK_K_REVERSALS(A) \
+	"                       AND z.claim_id OPERATOR(pg_catalog.=) t.settled_through))" MORE(A)
+#define CHK_NONE(A) ""
+/*
+ * 1.6: claims made before settlement tracking are not hidden by the
+ * frontier; every entry that gives money back has its refund row and every
+ * refund row such an entry; the untracked claims all predate their start
+ */
+#define CHK_UNTRACKED_16(A) \
+	"    AND c.claim_id OPERATOR(pg_catalog.>) COALESCE((SELECT u.untracked_through" \
+	"                   FROM redpacket.settlement_start u" \
+	"                  WHERE u.activity_id OPERATOR(pg_catalog.=) c.activity_id), 0)"
+#define CHK_OWED_KIND(L) \
+	"    " L ".kind OPERATOR(pg_catalog.=) ANY ('{withdraw,return,refund}')" \
+	"    AND " L ".amount OPERATOR(pg_catalog.>) 0"
+#define CHK_OWED_16(A) \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.ledger l" \
+	"  WHERE l.activity_id OPERATOR(pg_catalog.=) " A " AND " CHK_OWED_KIND("l") \
+	"    AND NOT EXISTS (SELECT FROM redpacket.refund o" \
+	"                     WHERE o.activity_id OPERATOR(pg_catalog.=) l.activity_id" \
+	"                       AND o.entry_id OPERATOR(pg_catalog.=) l.entry_id))" \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.refund o" \
+	"  WHERE o.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND NOT EXISTS (SELECT FROM redpacket.ledger l" \
+	"                     WHERE l.activity_id OPERATOR(pg_catalog.=) o.activity_id" \
+	"                       AND l.entry_id OPERATOR(pg_catalog.=) o.entry_id AND " CHK_OWED_KIND("l") "))" \
+	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.settlement_start u" \
+	"   JOIN redpacket.claim c ON c.activity_id OPERATOR(pg_catalog.=) u.activity_id" \
+	"                         AND c.claim_id OPERATOR(pg_catalog.<=) u.untracked_through" \
+	"  WHERE u.activity_id OPERATOR(pg_catalog.=) " A \
+	"    AND c.claimed_at OPERATOR(pg_catalog.>) u.recorded_at)"
+#define CHK_K_REVERSALS_AS(A, UNTRACKED, MORE) \
 	"            CROSS JOIN LATERAL (" \
 	"                  SELECT COALESCE(pg_catalog.sum(y.amount), 0) AS amount, pg_catalog.count(*) AS n," \
 	"                         COALESCE(pg_catalog.max(x.settlement_id), w.rev_from) AS last_id," \
-	"                         CASE WHEN w.full THEN " CHK_SETTLE_BAD(A) " ELSE 0 END AS settle_bad" \
+	"                         CASE WHEN w.full THEN " CHK_SETTLE_BAD(A, UNTRACKED, MORE) " ELSE 0 END AS settle_bad" \
 	"                    FROM redpacket.claim_settlement x" \
 	"                    JOIN redpacket.claim y ON y.activity_id OPERATOR(pg_catalog.=) x.activity_id" \
 	"                                          AND y.claim_id OPERATOR(pg_catalog.=) x.claim_id" \
 	"                   WHERE x.activity_id OPERATOR(pg_catalog.=) " A "" \
 	"                     AND x.state OPERATOR(pg_catalog.=) 'reversed'" \
 	"                     AND x.settlement_id OPERATOR(pg_catalog.>) w.rev_from) v"
+#define CHK_K_REVERSALS(A) CHK_K_REVERSALS_AS(A, CHK_NONE, CHK_NONE)
+#define CHK_K_REVERSALS_16(A) CHK_K_REVERSALS_AS(A, CHK_UNTRACKED_16, CHK_OWED_16)
 #define CHK_K_STRIPES_HEAD \
 	"            CROSS JOIN LATERAL (" \
 	"                  SELECT COALESCE(pg_catalog.sum(x.balance), 0) AS balance," \
@@ -572,6 +603,8 @@ RpCheckRecreateState(int64 activity)
 #define CHK_ONE_14 CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_NO_REVERSALS, "true")
 #define CHK_SET_14S CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_REVERSALS, RP_SQL_BOOKS_LIVE("x"))
 #define CHK_ONE_14S CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_REVERSALS, RP_SQL_BOOKS_LIVE("x"))
+#define CHK_SET_16 CHK_14(CHK_INPUT_SET, "i.id", "w.id", CHK_K_REVERSALS_16, RP_SQL_BOOKS_LIVE("x"))
+#define CHK_ONE_16 CHK_14(CHK_INPUT_ONE, "$1", "$1", CHK_K_REVERSALS_16, RP_SQL_BOOKS_LIVE("x"))
 
 /* The row recorded for each activity, and the watermark it advances to. */
 #define CHK_RECORD_COLUMNS \
@@ -628,11 +661,11 @@ RpCheckRecreateState(int64 activity)
 #define CHK_ARGS_SET 5, {INT8ARRAYOID, BOOLARRAYOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID}, NULL, true
 #define CHK_ARGS_ONE 5, {INT8OID, BOOLOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID}
 
-/* The plans, [form][catalog]: record (1.0, 1.1, 1.4, 1.4 with reversals) or verify */
+/* The plans, [form][catalog]: record (1.0, 1.1, 1.4, 1.4 with reversals, 1.6) or verify */
 enum
 {
-	CHK_RECORD_V10, CHK_RECORD_V11, CHK_RECORD_V14, CHK_RECORD_V14S, CHK_VERIFY_V14,
-	CHK_VERIFY_V14S, CHK_NPLANS
+	CHK_RECORD_V10, CHK_RECORD_V11, CHK_RECORD_V14, CHK_RECORD_V14S, CHK_RECORD_V16,
+	CHK_VERIFY_V14, CHK_VERIFY_V14S, CHK_VERIFY_V16, CHK_NPLANS
 };
 
 static RpPlan check_plans[2][CHK_NPLANS] = {
@@ -641,16 +674,20 @@ static RpPlan check_plans[2][CHK_NPLANS] = {
 		{CHK_SET_10 CHK_WRITE_11("f.id"), CHK_ARGS_SET},
 		{CHK_SET_14 CHK_WRITE_14("f.id"), CHK_ARGS_SET},
 		{CHK_SET_14S CHK_WRITE_14("f.id"), CHK_ARGS_SET},
+		{CHK_SET_16 CHK_WRITE_14("f.id"), CHK_ARGS_SET},
 		{CHK_SET_14 CHK_VERIFY, CHK_ARGS_SET},
 		{CHK_SET_14S CHK_VERIFY, CHK_ARGS_SET},
+		{CHK_SET_16 CHK_VERIFY, CHK_ARGS_SET},
 	},
 	{
 		{CHK_ONE_10 CHK_WRITE_10("$1"), CHK_ARGS_ONE},
 		{CHK_ONE_10 CHK_WRITE_11("$1"), CHK_ARGS_ONE},
 		{CHK_ONE_14 CHK_WRITE_14("$1"), CHK_ARGS_ONE},
 		{CHK_ONE_14S CHK_WRITE_14("$1"), CHK_ARGS_ONE},
+		{CHK_ONE_16 CHK_WRITE_14("$1"), CHK_ARGS_ONE},
 		{CHK_ONE_14 CHK_VERIFY, CHK_ARGS_ONE},
 		{CHK_ONE_14S CHK_VERIFY, CHK_ARGS_ONE},
+		{CHK_ONE_16 CHK_VERIFY, CHK_ARGS_ONE},
 	}
 };
 
@@ -759,9 +796,11 @@ RpCheckRun(RpCheck *checks, int n, TimestampTz at, bool record, TupleDesc outdes
 	if (one && n != 1)
 		elog(ERROR, "a check on a Citus cluster is of one activity at a time");
 	if (!record)
-		plan = &check_plans[one][RpSettlementsExist() ? CHK_VERIFY_V14S : CHK_VERIFY_V14];
+		plan = &check_plans[one][version >= RP_CATALOG_1_6 ? CHK_VERIFY_V16
+								 : RpSettlementsExist() ? CHK_VERIFY_V14S : CHK_VERIFY_V14];
 	else if (v14)
-		plan = &check_plans[one][RpSettlementsExist() ? CHK_RECORD_V14S : CHK_RECORD_V14];
+		plan = &check_plans[one][version >= RP_CATALOG_1_6 ? CHK_RECORD_V16
+								 : RpSettlementsExist() ? CHK_RECORD_V14S : CHK_RECORD_V14];
 	else
 		plan = &check_plans[one][version >= RP_CATALOG_1_1 ? CHK_RECORD_V11 : CHK_RECORD_V10];
 	v[0] = one ? Int64GetDatum(ids[0]) : Int8Array(ids, n);

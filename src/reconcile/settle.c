@@ -75,7 +75,7 @@
 	"                                   i.scale), $3" FUNDER("i.") \
 	"             FROM i LEFT JOIN t ON t.id OPERATOR(pg_catalog.=) i.id WHERE i.empty_it" \
 	"           ON CONFLICT (activity_id, kind) WHERE kind OPERATOR(pg_catalog.=) 'return' DO NOTHING" \
-	"           RETURNING activity_id, amount)," \
+	"           RETURNING activity_id, entry_id, amount)," \
 	"     c AS (UPDATE redpacket.activity a SET closed_at = COALESCE(a.closed_at, $2)" \
 	"            WHERE a.id " ANY_OF " RETURNING a.id)"
 #define RP_SETTLE_RESULT \
@@ -101,8 +101,14 @@ enum
 #define RP_SETTLE_10(IN, A, ANY_OF) \
 	RP_SETTLE_HEAD(IN, A, ANY_OF, RP_NO_FUNDER) RP_SETTLE_ZERO_10(ANY_OF) \
 	RP_SETTLE_TAIL(ANY_OF, RP_NO_FUNDER) RP_SETTLE_RESULT
-#define RP_SETTLE_14(IN, A, ANY_OF, FUNDER) \
+/* 1.6: a return of money is owed to the funder until the wallet pays it back */
+#define RP_NOT_OWED ""
+#define RP_OWED \
+	"     o AS (INSERT INTO redpacket.refund (activity_id, entry_id)" \
+	"           SELECT r.activity_id, r.entry_id FROM r WHERE r.amount OPERATOR(pg_catalog.>) 0),"
+#define RP_SETTLE_14(IN, A, ANY_OF, FUNDER, OWED) \
 	RP_SETTLE_HEAD(IN, A, ANY_OF, FUNDER) RP_SETTLE_ZERO_14(ANY_OF) RP_SETTLE_TAIL(ANY_OF, FUNDER) "," \
+	OWED \
 	"     k AS (INSERT INTO redpacket.activity_change (activity_id, kind, before, after, reason, changed_at)" \
 	"           SELECT r.activity_id, 'settle', '{\"closed_at\": null}'::pg_catalog.jsonb," \
 	"                  pg_catalog.jsonb_build_object('closed_at', $2, 'returned', r.amount), $3," \
@@ -119,17 +125,17 @@ static RpPlan settle_plans[2][3] = {
 	{
 		{RP_SETTLE_10(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY),
 		3, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID}, NULL, true},
-		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_NO_FUNDER),
+		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_NO_FUNDER, RP_NOT_OWED),
 		4, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}, NULL, true},
-		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_FUNDER),
+		{RP_SETTLE_14(RP_SETTLE_SET_IN, "x.id", RP_SETTLE_SET_ANY, RP_FUNDER, RP_OWED),
 		4, {INT8ARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID}, NULL, true},
 	},
 	{
 		{RP_SETTLE_10(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY),
 		3, {INT8OID, TIMESTAMPTZOID, TEXTOID}},
-		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_NO_FUNDER),
+		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_NO_FUNDER, RP_NOT_OWED),
 		4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}},
-		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_FUNDER),
+		{RP_SETTLE_14(RP_SETTLE_ONE_IN, "$1", RP_SETTLE_ONE_ANY, RP_FUNDER, RP_OWED),
 		4, {INT8OID, TIMESTAMPTZOID, TEXTOID, BOOLOID}},
 	}
 };

@@ -122,7 +122,7 @@ is( q_coord(
 		  . " WHERE o.classid = 'pg_proc'::regclass AND o.distribution_argument_index = 0"
 		  . "   AND p.pronamespace = 'redpacket'::regnamespace"),
 	'rp_allow:true,rp_claim:true,rp_claim_batch:true,rp_close_activity:true,rp_credited:true,'
-	  . 'rp_disallow:true,rp_freeze:true,rp_reconcile:false,rp_repair_stripes:true,'
+	  . 'rp_disallow:true,rp_freeze:true,rp_reconcile:false,rp_refunded:true,rp_repair_stripes:true,'
 	  . 'rp_reverse:true,rp_set_window:true,rp_top_up:true,rp_unfreeze:true,rp_withdraw:true',
 	'lock-taking functions delegated by activity (rp_reconcile without force)');
 is( q_coord(
@@ -355,6 +355,14 @@ is($held, 't', 'rp_reconcile on the worker that holds the activity works in a tr
 			  . " WHERE activity_id = $c"),
 		'allow,disallow,top_up,withdraw,set_window,reverse', 'each change recorded on its node');
 	is(reconcile_ok($c, 'true'), 't', 'a full check of the changed activity passes');
+	# The withdrawal is owed to the funder, on the node that holds it.
+	my $owed = q_coord("SELECT string_agg(entry_id::text, ',') FROM redpacket.rp_pending_refunds($c)");
+	is(q_coord("SELECT kind || ':' || amount FROM redpacket.rp_pending_refunds($c)"),
+		'withdraw:1.00', 'rp_pending_refunds through the coordinator');
+	is(q_coord("SELECT redpacket.rp_refunded($c, ARRAY[$owed]::bigint[], 'back')"), '1',
+		'rp_refunded through the coordinator');
+	is(q_coord("SELECT count(*) FROM redpacket.rp_pending_refunds() WHERE activity_id = $c"), '0',
+		'nothing owed on any node');
 }
 
 # --- Expiry settlement by the worker ---------------------------------------
