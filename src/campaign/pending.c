@@ -470,6 +470,8 @@ TrackActivity(int64 activity)
 {
 	Datum		values[2] = {Int64GetDatum(activity), Int64GetDatum(0)};
 
+	/* a first credit in flight inserts the row: wait for it to commit */
+	RpSettlementBegun(activity);
 	if (RpExecOn(&lock_frontier_wait, RpDistributed(), values, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not lock the settlement state of activity " INT64_FORMAT, activity);
 	if (SPI_processed == 1)
