@@ -51,7 +51,8 @@ stop_hogs() {
     [ "${#HOG_PIDS[@]}" -eq 0 ] || kill "${HOG_PIDS[@]}" 2>/dev/null || true
     HOG_PIDS=()
 }
-trap stop_hogs EXIT
+# stopped with the cluster (a trap of our own would replace the one that stops it)
+RP_CLEANUP+=(stop_hogs)
 for ((h = 0; h < HOGS; h++)); do
     bash -c 'while :; do :; done' &
     HOG_PIDS+=($!)
