@@ -17,10 +17,11 @@ OBJS = src/redpacket.o \
 EXTENSION = redpacket
 DATA = sql/redpacket--1.0.sql sql/redpacket--1.1.sql sql/redpacket--1.2.sql \
        sql/redpacket--1.3.sql sql/redpacket--1.4.sql sql/redpacket--1.5.sql \
-       sql/redpacket--1.6.sql \
+       sql/redpacket--1.6.sql sql/redpacket--1.7.sql \
        sql/redpacket--1.0--1.1.sql sql/redpacket--1.1--1.2.sql \
        sql/redpacket--1.2--1.3.sql sql/redpacket--1.3--1.4.sql \
-       sql/redpacket--1.4--1.5.sql sql/redpacket--1.5--1.6.sql
+       sql/redpacket--1.4--1.5.sql sql/redpacket--1.5--1.6.sql \
+       sql/redpacket--1.6--1.7.sql
 PGFILEDESC = "redpacket - lucky-money claims enforced in the database"
 
 # The PostgreSQL to build for: the pg_config on the PATH (on Debian the

@@ -38,14 +38,21 @@ SELECT count(*) AS gaps FROM redpacket.settlement_gap WHERE activity_id = :a;
 SELECT * FROM pg_temp.try('DELETE FROM redpacket.settlement_start');
 SELECT * FROM pg_temp.try('UPDATE redpacket.settlement_start SET untracked_through = 0');
 
+-- the old wallet may have paid an untracked claim: reversing it could pay
+-- it twice, so it is refused until the claim is brought in
+SELECT claim_id AS old3 FROM redpacket.claim WHERE activity_id = :a AND user_id = 'old3' \gset
+SELECT code, message = format('claim %s of activity %s was made before settlement tracking', :old3, :a) AS names_it
+  FROM pg_temp.try(format('SELECT redpacket.rp_reverse(%s, %s, %L)', :a, :old3, 'never paid'));
+
 -- brought in: the old claims not settled are pending from now on
 SELECT redpacket.rp_track_claims(:a) AS brought_in;
 SELECT redpacket.rp_track_claims(:a) AS again;
 SELECT * FROM pg_temp.pending(:a);
 SELECT count(*) AS starts FROM redpacket.settlement_start WHERE activity_id = :a;
 SELECT ok, problems FROM redpacket.rp_reconcile(:a, true);
+SELECT redpacket.rp_reverse(:a, :old3, 'never paid') AS reversed;
 SELECT redpacket.rp_credited(:a, ARRAY(SELECT claim_id FROM redpacket.claim
-                                        WHERE activity_id = :a AND user_id LIKE 'old%')) AS credited;
+                                        WHERE activity_id = :a AND user_id IN ('old1', 'old2'))) AS credited;
 SELECT * FROM pg_temp.pending(:a);
 SELECT ok, problems FROM redpacket.rp_reconcile(:a, true);
 

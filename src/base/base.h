@@ -135,6 +135,18 @@ extern HTAB *RpActivityCache(HTAB **cache, uint64 *generation, const char *name,
 							 Size entrysize);
 
 /* args.c: argument checks shared by the SQL entry points */
+/* The ledger kinds that give money back to the funder (owed from 1.6 on). */
+#define RP_OWED_KINDS "'{withdraw,return,refund}'::pg_catalog.text[]"
+
+/*
+ * 1.6: the last claim of activity act made before settlement tracking began
+ * (settlement_start; 0 when none): the claims up to it are not pending
+ * credits and cannot be reversed until rp_track_claims brings them in.
+ */
+#define RP_UNTRACKED_THROUGH(act) \
+	"COALESCE((SELECT u.untracked_through FROM redpacket.settlement_start u" \
+	"           WHERE u.activity_id OPERATOR(pg_catalog.=) " act "), 0)"
+
 #define RP_MAX_BATCH 10000		/* elements of one rp_claim_batch call */
 extern void RpNoNull(bool isnull, const char *what);
 /* name the argument; elem: its 1-based element in an array, 0 for none */

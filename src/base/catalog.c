@@ -7,13 +7,15 @@
  *		INDEX, DROP/CREATE EXTENSION) or of every relation.  Everything else
  *		that caches something about our tables (the direct path's shape, the
  *		activities' metadata) keys it on the generation.  And the version of
- *		the installed catalog.
+ *		the installed catalog, and for the update scripts whether a row was
+ *		written by the transaction running them.
  */
 #include "postgres.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "storage/sinval.h"
@@ -21,6 +23,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 
 #include "base.h"
 #include "catalog.h"
@@ -106,6 +109,30 @@ RpCatalogGeneration(void)
  * transaction).  A read per transaction cost more than a claim's own two
  * index probes.
  */
+static TransactionId cached_xmin = InvalidTransactionId;
+
+/*
+ * A transaction snapshot (REPEATABLE READ, SERIALIZABLE) taken before the
+ * extension was created or updated does not show the rows that came with
+ * that version (where an activity's settlement tracking starts, the refunds
+ * the update recorded): served, it would decide on the rows of one version
+ * by the rules of the next.  Like a row changed since the snapshot, that is
+ * a serialization failure, and the retry sees both.
+ */
+static void
+RefuseOlderSnapshot(void)
+{
+	if (!IsolationUsesXactSnapshot() || !TransactionIdIsNormal(cached_xmin) ||
+		TransactionIdIsCurrentTransactionId(cached_xmin) ||
+		!XidInMVCCSnapshot(cached_xmin, GetTransactionSnapshot()))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to an update of extension \"redpacket\""),
+			 errdetail("The extension was created or updated after this transaction took its snapshot."),
+			 errhint("Retry the transaction.")));
+}
+
 int
 RpCatalogVersion(void)
 {
@@ -121,9 +148,13 @@ RpCatalogVersion(void)
 
 	if (cached_valid && cached_messages == SharedInvalidMessageCounter &&
 		cached_generation == generation)
+	{
+		RefuseOlderSnapshot();
 		return cached;
+	}
 	cached_messages = SharedInvalidMessageCounter;
 	cached = 0;
+	cached_xmin = InvalidTransactionId;
 	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
 				CStringGetDatum("redpacket"));
@@ -139,11 +170,27 @@ RpCatalogVersion(void)
 
 		if (!isnull && sscanf(TextDatumGetCString(d), "%d.%d", &major, &minor) == 2)
 			cached = major * 100 + minor;
+		cached_xmin = HeapTupleHeaderGetXmin(tuple->t_data);
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	/* the lock may have processed messages: they were before this read */
 	cached_generation = RpCatalogGeneration();
 	cached_valid = cached_generation == generation;
+	RefuseOlderSnapshot();
 	return cached;
+}
+
+PG_FUNCTION_INFO_V1(rp_written_now);
+
+/*
+ * rp_written_now(xmin): whether a row with this xmin was written by the
+ * running transaction, in any of its subtransactions (a savepoint, psql's
+ * ON_ERROR_ROLLBACK).  An update script creates it for one step and drops
+ * it again.
+ */
+Datum
+rp_written_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(TransactionIdIsCurrentTransactionId(PG_GETARG_TRANSACTIONID(0)));
 }

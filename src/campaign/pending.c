@@ -71,9 +71,7 @@ PG_FUNCTION_INFO_V1(rp_track_claims);
  * behind every frontier: the frontier starts after them.
  */
 #define RP_NO_START(act) "0::pg_catalog.int8"
-#define RP_START(act) \
-	"COALESCE((SELECT u.untracked_through FROM redpacket.settlement_start u" \
-	"           WHERE u.activity_id OPERATOR(pg_catalog.=) " act "), 0)"
+#define RP_START(act) RP_UNTRACKED_THROUGH(act)
 
 /*
  * The frontier, and whether advancing it could move it (a settlement after
@@ -100,9 +98,6 @@ static RpPlan advance_due = {
  * the frontier, the start is the latest (rp_track_claims removes it holding
  * the frontier too).
  */
-#define RP_START(act) \
-	"COALESCE((SELECT u.untracked_through FROM redpacket.settlement_start u" \
-	"           WHERE u.activity_id OPERATOR(pg_catalog.=) " act "), 0)"
 static RpPlan start_of = {
 	"SELECT " RP_START("$1"), 1, {INT8OID}, NULL, true
 };
@@ -208,7 +203,6 @@ static RpPlan pending_one = {
 	3, {INT8OID, TIMESTAMPTZOID, INT8OID}
 };
 
-#define RP_NO_START(act) "0::pg_catalog.int8"
 #define RP_FRONTIER(START) \
 	"SELECT GREATEST(COALESCE((SELECT f.settled_through FROM redpacket.settlement_state f" \
 	"                                      WHERE f.activity_id OPERATOR(pg_catalog.=) $1), 0)," \

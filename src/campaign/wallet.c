@@ -213,6 +213,7 @@ rp_credited(PG_FUNCTION_ARGS)
 typedef enum ClaimState
 {
 	CLAIM_PENDING,
+	CLAIM_UNTRACKED,			/* made before settlement tracking */
 	CLAIM_CREDITED,
 	CLAIM_REVERSED
 } ClaimState;
@@ -227,14 +228,24 @@ typedef struct ClaimToReverse
 	ClaimState	state;
 } ClaimToReverse;
 
-static RpPlan read_claim = {
-	"SELECT c.amount, c.stripe, s.state"
-	"  FROM redpacket.claim c"
-	"  LEFT JOIN redpacket.claim_settlement s"
-	"    ON s.activity_id OPERATOR(pg_catalog.=) c.activity_id"
-	"   AND s.claim_id OPERATOR(pg_catalog.=) c.claim_id"
-	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.claim_id OPERATOR(pg_catalog.=) $2",
-	2, {INT8OID, INT8OID}
+#define RP_READ_CLAIM(UNTRACKED) \
+	"SELECT c.amount, c.stripe, s.state, " UNTRACKED \
+	"  FROM redpacket.claim c" \
+	"  LEFT JOIN redpacket.claim_settlement s" \
+	"    ON s.activity_id OPERATOR(pg_catalog.=) c.activity_id" \
+	"   AND s.claim_id OPERATOR(pg_catalog.=) c.claim_id" \
+	" WHERE c.activity_id OPERATOR(pg_catalog.=) $1 AND c.claim_id OPERATOR(pg_catalog.=) $2"
+
+/*
+ * [catalog: 1.4, 1.6] Once tracked a claim stays tracked (rp_track_claims
+ * only removes starts), so a claim read as tracked is tracked for good; a
+ * snapshot from before the update that recorded the start is refused with
+ * the catalog (RpCatalogVersion).
+ */
+static RpPlan read_claim[2] = {
+	{RP_READ_CLAIM("false"), 2, {INT8OID, INT8OID}},
+	{RP_READ_CLAIM("c.claim_id OPERATOR(pg_catalog.<=) " RP_UNTRACKED_THROUGH("$1")),
+	 2, {INT8OID, INT8OID}}
 };
 
 /*
@@ -286,7 +297,8 @@ ReadClaim(const RpActivity *act, int64 claim_id, ClaimToReverse *c)
 	bool		isnull;
 	Datum		state;
 
-	if (RpExec(&read_claim, values, NULL, false, 1) != SPI_OK_SELECT)
+	if (RpExec(&read_claim[RpCatalogVersion() >= RP_CATALOG_1_6], values, NULL, false, 1)
+		!= SPI_OK_SELECT)
 		elog(ERROR, "could not read claim " INT64_FORMAT, claim_id);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -299,7 +311,7 @@ ReadClaim(const RpActivity *act, int64 claim_id, ClaimToReverse *c)
 	c->stripe = DatumGetInt32(RpGetDatum(0, 2, &isnull));
 	state = RpGetDatum(0, 3, &isnull);
 	if (isnull)
-		c->state = CLAIM_PENDING;
+		c->state = DatumGetBool(RpGetDatum(0, 4, &isnull)) ? CLAIM_UNTRACKED : CLAIM_PENDING;
 	else
 		c->state = strcmp(TextDatumGetCString(state), "credited") == 0
 			? CLAIM_CREDITED : CLAIM_REVERSED;
@@ -314,6 +326,21 @@ RefuseCredited(int64 activity, int64 claim_id)
 					claim_id, activity),
 			 errdetail("The wallet paid it; a credited claim cannot be reversed."),
 			 errhint("Take the payment back through the wallet.")));
+}
+
+/*
+ * The wallet of before settlement tracking may have paid the claim, and
+ * nothing says whether it did: giving its amount back could pay it twice.
+ */
+static void
+RefuseUntracked(int64 activity, int64 claim_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("claim " INT64_FORMAT " of activity " INT64_FORMAT " was made before settlement tracking",
+					claim_id, activity),
+			 errdetail("The wallet of that time may have paid it, so giving its amount back could pay it twice."),
+			 errhint("If that wallet did not pay it, bring it in with redpacket.rp_track_claims first.")));
 }
 
 /* Insert the reversal; false when a settlement of the claim exists. */
@@ -424,6 +451,8 @@ rp_reverse(PG_FUNCTION_ARGS)
 	ReadClaim(&act, PG_GETARG_INT64(1), &c);
 	if (c.state == CLAIM_CREDITED)
 		RefuseCredited(activity, c.claim_id);
+	if (c.state == CLAIM_UNTRACKED)
+		RefuseUntracked(activity, c.claim_id);
 	if (c.state == CLAIM_PENDING)
 		reversed = ReverseLocked(&act, &c, reason);
 	SPI_finish();

@@ -28,7 +28,7 @@
 	"SELECT COALESCE(pg_catalog.sum(x.amount) FILTER" \
 	"         (WHERE x.kind OPERATOR(pg_catalog.=) ANY ('{fund,top_up}'::pg_catalog.text[])), 0)" \
 	"       OPERATOR(pg_catalog.-) COALESCE(pg_catalog.sum(x.amount) FILTER" \
-	"         (WHERE x.kind OPERATOR(pg_catalog.=) ANY ('{withdraw,return,refund}'::pg_catalog.text[])), 0)" \
+	"         (WHERE x.kind OPERATOR(pg_catalog.=) ANY (" RP_OWED_KINDS ")), 0)" \
 	"         AS net," \
 	"       COALESCE(pg_catalog.sum(x.packets) FILTER" \
 	"         (WHERE x.kind OPERATOR(pg_catalog.=) 'top_up'), 0)::pg_catalog.int8 AS added_packets" \

@@ -411,11 +411,9 @@ RpCheckRecreateState(int64 activity)
  * refund row such an entry; the untracked claims all predate their start
  */
 #define CHK_UNTRACKED_16(A) \
-	"    AND c.claim_id OPERATOR(pg_catalog.>) COALESCE((SELECT u.untracked_through" \
-	"                   FROM redpacket.settlement_start u" \
-	"                  WHERE u.activity_id OPERATOR(pg_catalog.=) c.activity_id), 0)"
+	"    AND c.claim_id OPERATOR(pg_catalog.>) " RP_UNTRACKED_THROUGH("c.activity_id")
 #define CHK_OWED_KIND(L) \
-	"    " L ".kind OPERATOR(pg_catalog.=) ANY ('{withdraw,return,refund}')" \
+	"    " L ".kind OPERATOR(pg_catalog.=) ANY (" RP_OWED_KINDS ")" \
 	"    AND " L ".amount OPERATOR(pg_catalog.>) 0"
 #define CHK_OWED_16(A) \
 	" OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM redpacket.ledger l" \

@@ -1,5 +1,5 @@
-# The upgrade path from every released version before the current one (1.0,
-# 1.1, 1.2, 1.3 and 1.4 today) to the current one.  A database created with
+# The upgrade path from every released version before the current one (1.0
+# to 1.6 today) to the current one.  A database created with
 # CREATE EXTENSION redpacket VERSION '1.0' is served by the current library
 # before it is updated: fixed, lucky, rain and batch claims, a close, the
 # worker's passes and rp_reconcile all work on the old catalog.  After
@@ -34,7 +34,7 @@ my $node = RedpacketTest::node(
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 1
 });
-$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13 up14 up15);
+$node->safe_psql('postgres', "CREATE DATABASE $_") for qw(up10 up11 up12 up13 up14 up15 up16);
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 # An application and an operator role, granted in every database by the
 # helpers of the version installed there (the dumps compare their grants).
@@ -206,12 +206,14 @@ sub upgrade_path
 		"$new: rp_track_claims brings in the claims from before the tracking");
 	is(sql('SELECT count(*) FROM redpacket.rp_pending_credits()', $db),
 		$others, "$new: rp_pending_credits then lists every other claim of the $from catalog");
-	# What was returned before 1.6 was paid back by hand: not owed again.
+	# What was returned before 1.6 was paid back by hand: not owed again;
+	# from 1.6 on it is owed until the wallet says it paid it.
+	my $tracked_refunds = $from ge '1.6';
 	is( sql(q{SELECT count(*) || ',' || count(*) FILTER (WHERE r.reference = 'before refund tracking')
 	            FROM redpacket.ledger l JOIN redpacket.refund r USING (activity_id, entry_id)}, $db),
-		'1,1', "$new: the return of $from is recorded as paid back");
+		$tracked_refunds ? '1,0' : '1,1', "$new: the return of $from is recorded, paid back before 1.6");
 	is(sql('SELECT count(*) FROM redpacket.rp_pending_refunds()', $db),
-		'0', "$new: nothing of $from is owed to a funder");
+		$tracked_refunds ? '1' : '0', "$new: only a return of 1.6 or later is owed to a funder");
 
 	# --- Claims continue ----------------------------------------------------------
 
@@ -312,12 +314,91 @@ sub same_as_fresh
 }
 
 # every released version before the current one
-for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5'))
+for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6'))
 {
 	local $db = 'up' . ($from =~ s/\.//r);
 	upgrade_path($from);
 	same_as_fresh();
 	update_inside_claims($from);
+}
+
+# --- When tracking began, seen by the update ------------------------------
+# An update from 1.3 run in a transaction that began before another
+# session's claim committed: that claim is untracked like the older ones,
+# and the full check (which reports an untracked claim made after tracking
+# began) is ok, also when the steps run in savepoints (as psql's
+# ON_ERROR_ROLLBACK does) or the update goes to 1.6 and then 1.7.  A
+# transaction whose snapshot predates the update is refused (40001), and
+# no session can reverse an untracked claim.  An extension created in the
+# transaction that updates it had no old wallet: its claims are pending
+# credits.
+my $in_savepoints = q{SAVEPOINT a; ALTER EXTENSION redpacket UPDATE TO '1.6'; RELEASE a;
+SAVEPOINT b; ALTER EXTENSION redpacket UPDATE; RELEASE b};
+
+sub update_after_claims
+{
+	my ($name, $update) = @_;
+	local $db = "late$name";
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	sql("CREATE EXTENSION redpacket VERSION '1.3'", $db);
+	my $act = sql("SELECT redpacket.rp_create_activity(10.00, stripes => 2)", $db);
+	my $old = sql("SELECT claim_id FROM redpacket.rp_claim($act, 'before', 1.00)", $db);
+	my $reader = $node->background_psql($db, on_error_stop => 0);
+	$reader->query_safe('\set VERBOSITY sqlstate');
+	$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$reader->query_safe('SELECT count(*) FROM redpacket.claim');
+	my $s = $node->background_psql($db);
+	$s->query_safe('BEGIN');
+	$s->query_safe('SELECT now()');
+	sql("SELECT redpacket.rp_claim($act, 'while', 1.00)", $db);
+	$s->query_safe($update);
+	$s->query_safe('COMMIT');
+	$s->quit;
+	$reader->{stderr} = '';
+	$reader->query('SELECT count(*) FROM redpacket.rp_pending_credits()');
+	like($reader->{stderr}, qr/ERROR:\s+40001/,
+		"$name: a snapshot from before the update is refused (it would list the untracked claims)");
+	$reader->{stderr} = '';
+	$reader->query_safe('ROLLBACK');
+	$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$reader->{stderr} = '';
+	$reader->query("SELECT redpacket.rp_reverse($act, $old, 'never paid')");
+	like($reader->{stderr}, qr/ERROR:\s+55000/, "$name: an untracked claim cannot be reversed");
+	$reader->{stderr} = '';
+	$reader->query_safe('ROLLBACK');
+	$reader->quit;
+	is(sql('SELECT count(*) FROM redpacket.rp_pending_credits()', $db),
+		'0', "$name: a claim committed while the update transaction ran is untracked");
+	is( sql(q{SELECT u.recorded_at >= max(c.claimed_at) FROM redpacket.settlement_start u
+	            JOIN redpacket.claim c USING (activity_id) GROUP BY u.recorded_at}, $db),
+		't', "$name: the start is dated after every untracked claim");
+	ok( $node->poll_query_until($db,
+			'SELECT count(*) = 1 AND bool_and(ok) FROM redpacket.rp_reconcile(NULL, true)'),
+		"$name: and the full check is ok");
+}
+
+sub created_with_update
+{
+	my ($from, $name, $update) = @_;
+	local $db = 'made' . ($from =~ s/\.//r) . $name;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	sql(qq{BEGIN;
+CREATE EXTENSION redpacket VERSION '$from';
+SELECT redpacket.rp_claim(redpacket.rp_create_activity(10.00, stripes => 2), 'u' || g, 1.00)
+  FROM generate_series(1, 2) g;
+$update;
+COMMIT}, $db);
+	is( sql(q{SELECT (SELECT count(*) FROM redpacket.rp_pending_credits()) || ','
+	              || (SELECT count(*) FROM redpacket.settlement_start)}, $db),
+		'2,0', "$from created and updated in one transaction ($name): its claims are pending credits");
+}
+
+update_after_claims('plain', 'ALTER EXTENSION redpacket UPDATE');
+update_after_claims('savepoints', $in_savepoints);
+for my $from ('1.3', '1.4')
+{
+	created_with_update($from, 'plain', 'ALTER EXTENSION redpacket UPDATE');
+	created_with_update($from, 'savepoints', $in_savepoints);
 }
 
 # --- 1.5 -> 1.6 with a sender: rp_regrant gives it the new creation -------
@@ -403,7 +484,7 @@ SELECT redpacket.rp_create_activity(5.00, restricted => true, name => 'vip')}, $
 # every update as in a fresh install.
 my $grants_q = q{SELECT string_agg(role_kind || ' ' || privilege, E'\n' ORDER BY role_kind, privilege)
                    FROM redpacket.role_grant};
-for my $db (qw(up10 up11 up12 up13 up14 up15 up13roles up15sender))
+for my $db (qw(up10 up11 up12 up13 up14 up15 up16 up13roles up15sender))
 {
 	is($node->safe_psql($db, $grants_q), $node->safe_psql('fresh', $grants_q),
 		"$db: role_grant as in a fresh install");
