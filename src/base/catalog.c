@@ -106,25 +106,83 @@ RpCatalogGeneration(void)
  * claimed before it sends its invalidations to that transaction only as
  * local ones: the update to 1.4 alters redpacket.activity, which moves the
  * generation (test/t/010_upgrade.pl claims, updates and claims again in one
- * transaction).  A read per transaction cost more than a claim's own two
- * index probes.
+ * transaction).  An update rolled back (a savepoint's) sends nothing either:
+ * any abort forgets the version.  A read per transaction cost more than a
+ * claim's own two index probes.
  */
+static int	cached = 0;
 static TransactionId cached_xmin = InvalidTransactionId;
 
+/* The version a snapshot (NULL: the catalog's) sees installed, and its row's xmin. */
+static int
+ReadVersion(Snapshot snapshot, TransactionId *xmin)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	int			version = 0;
+
+	*xmin = InvalidTransactionId;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("redpacket"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, snapshot, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+		int			major = 0,
+					minor = 0;
+
+		if (!isnull && sscanf(TextDatumGetCString(d), "%d.%d", &major, &minor) == 2)
+			version = major * 100 + minor;
+		*xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+static bool cached_valid = false;
+
+/* A rolled-back update sends no invalidation: forget what it may have shown. */
+static void
+ForgetOnAbort(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		cached_valid = false;
+}
+
+static void
+ForgetOnSubAbort(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		cached_valid = false;
+}
+
 /*
- * A transaction snapshot (REPEATABLE READ, SERIALIZABLE) taken before the
- * extension was created or updated does not show the rows that came with
- * that version (where an activity's settlement tracking starts, the refunds
- * the update recorded): served, it would decide on the rows of one version
- * by the rules of the next.  Like a row changed since the snapshot, that is
- * a serialization failure, and the retry sees both.
+ * A transaction snapshot (REPEATABLE READ, SERIALIZABLE) that sees another
+ * version installed (an update, or the extension itself, committed after
+ * it) does not show the rows that came with this one (where an activity's
+ * settlement tracking starts, the refunds the update recorded): served, it
+ * would decide on the rows of one version by the rules of the next.  Like a
+ * row changed since the snapshot, that is a serialization failure, and the
+ * retry sees both.  Another change of the row (its owner) is no such thing.
  */
 static void
 RefuseOlderSnapshot(void)
 {
+	Snapshot	snapshot;
+	TransactionId seen_xmin;
+
 	if (!IsolationUsesXactSnapshot() || !TransactionIdIsNormal(cached_xmin) ||
-		TransactionIdIsCurrentTransactionId(cached_xmin) ||
-		!XidInMVCCSnapshot(cached_xmin, GetTransactionSnapshot()))
+		TransactionIdIsCurrentTransactionId(cached_xmin))
+		return;
+	snapshot = GetTransactionSnapshot();
+	if (!XidInMVCCSnapshot(cached_xmin, snapshot) || ReadVersion(snapshot, &seen_xmin) == cached)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -138,45 +196,24 @@ RpCatalogVersion(void)
 {
 	static uint64 cached_messages = 0;
 	static uint64 cached_generation = 0;
-	static bool cached_valid = false;
-	static int	cached = 0;
+	static bool callbacks = false;
 	uint64		generation = RpCatalogGeneration();
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tuple;
 
-	if (cached_valid && cached_messages == SharedInvalidMessageCounter &&
-		cached_generation == generation)
+	if (!callbacks)
 	{
-		RefuseOlderSnapshot();
-		return cached;
+		RegisterXactCallback(ForgetOnAbort, NULL);
+		RegisterSubXactCallback(ForgetOnSubAbort, NULL);
+		callbacks = true;
 	}
-	cached_messages = SharedInvalidMessageCounter;
-	cached = 0;
-	cached_xmin = InvalidTransactionId;
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-				CStringGetDatum("redpacket"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
+	if (!(cached_valid && cached_messages == SharedInvalidMessageCounter &&
+		  cached_generation == generation))
 	{
-		bool		isnull;
-		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-		int			major = 0,
-					minor = 0;
-
-		if (!isnull && sscanf(TextDatumGetCString(d), "%d.%d", &major, &minor) == 2)
-			cached = major * 100 + minor;
-		cached_xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+		cached_messages = SharedInvalidMessageCounter;
+		cached = ReadVersion(NULL, &cached_xmin);
+		/* the lock may have processed messages: they were before this read */
+		cached_generation = RpCatalogGeneration();
+		cached_valid = cached_generation == generation;
 	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	/* the lock may have processed messages: they were before this read */
-	cached_generation = RpCatalogGeneration();
-	cached_valid = cached_generation == generation;
 	RefuseOlderSnapshot();
 	return cached;
 }

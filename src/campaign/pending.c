@@ -489,6 +489,8 @@ rp_track_claims(PG_FUNCTION_ARGS)
 	uint64		n;
 	int64		brought = 0;
 
+	/* a snapshot older than the update that wrote the starts sees none */
+	(void) RpCatalogVersion();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (!PG_ARGISNULL(0))
