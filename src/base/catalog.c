@@ -106,8 +106,8 @@ RpCatalogGeneration(void)
  * claimed before it sends its invalidations to that transaction only as
  * local ones: the update to 1.4 alters redpacket.activity, which moves the
  * generation (test/t/010_upgrade.pl claims, updates and claims again in one
- * transaction).  An update rolled back (a savepoint's) sends nothing either:
- * any abort forgets the version.  A read per transaction cost more than a
+ * transaction).  An update rolled back (a savepoint's) or prepared sends
+ * nothing either: any abort or PREPARE TRANSACTION forgets the version.  A read per transaction cost more than a
  * claim's own two index probes.
  */
 static int	cached = 0;
@@ -148,11 +148,15 @@ ReadVersion(Snapshot snapshot, TransactionId *xmin)
 
 static bool cached_valid = false;
 
-/* A rolled-back update sends no invalidation: forget what it may have shown. */
+/*
+ * A rolled-back update sends no invalidation, and a prepared one leaves
+ * this backend as if rolled back: forget what it may have shown.
+ */
 static void
 ForgetOnAbort(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
 		cached_valid = false;
 }
 

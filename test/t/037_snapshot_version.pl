@@ -2,9 +2,10 @@
 # functions when its snapshot sees another version installed than the
 # catalog does: it would not see the rows that came with the new version.
 # Nothing else refuses it: not an update the transaction itself made, nor
-# one it rolled back to a savepoint (which sends no invalidation, so the
-# library must forget the version itself), nor a change of the extension's
-# row that keeps its version (an owner changed, as REASSIGN OWNED does).
+# one it rolled back to a savepoint or prepared (which sends no
+# invalidation, so the library must forget the version itself), nor a
+# change of the extension's row that keeps its version (an owner changed,
+# as REASSIGN OWNED does).
 # The worker and autovacuum are off, so that no invalidation from elsewhere
 # makes the library read the catalog again on its own.
 use strict;
@@ -19,6 +20,7 @@ my $node = RedpacketTest::node('snapshot_version', q{
 shared_preload_libraries = 'redpacket'
 redpacket.reconcile_interval = 0
 autovacuum = off
+max_prepared_transactions = 2
 });
 sql("CREATE EXTENSION redpacket VERSION '1.6'");
 # an activity with a pending claim, so that the listing reads the catalog
@@ -57,6 +59,20 @@ $s->query_safe('COMMIT');
 is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"), '1.6',
 	'the update did not happen');
 
+$s->quit;
+
+# A prepared update is no longer the session's: until it commits, the
+# session is served the installed version.
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('\set VERBOSITY sqlstate');
+$s->query_safe('BEGIN');
+$s->query_safe('ALTER EXTENSION redpacket UPDATE');
+is(state_of($s, $pending), 'ok', 'the transaction that updates is served');
+$s->query_safe(q{PREPARE TRANSACTION 'up'});
+$s->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+is(state_of($s, $pending), 'ok', 'after PREPARE TRANSACTION the session is served the installed version');
+$s->query_safe('COMMIT');
+sql(q{ROLLBACK PREPARED 'up'});
 $s->quit;
 
 my $t = old_snapshot();
