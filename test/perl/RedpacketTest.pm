@@ -12,6 +12,14 @@
 #   sql($query[, $db])            $node->safe_psql($db, $query) on that node,
 #                                 database postgres by default; imported with
 #                                 use RedpacketTest qw(sql);
+#   RedpacketTest::rr_session($node, $db)
+#                                 a background psql session of $db (errors
+#                                 do not stop it, SQLSTATEs for messages) in
+#                                 a REPEATABLE READ transaction that has
+#                                 taken its snapshot
+#   RedpacketTest::sql_state($session, $query)
+#                                 run $query in the session: the SQLSTATE it
+#                                 failed with, or 'ok'
 #   RedpacketTest::repo_file($path)
 #                                 the text of a file of this repository, $path
 #                                 relative to its root (e.g. README.md)
@@ -99,6 +107,26 @@ sub sql
 	die 'RedpacketTest::sql: no node (RedpacketTest::node or use_node first)'
 	  unless $default_node;
 	return $default_node->safe_psql($db // 'postgres', $query);
+}
+
+sub rr_session
+{
+	my ($node, $db) = @_;
+	my $s = $node->background_psql($db, on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY sqlstate');
+	$s->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$s->query_safe('SELECT 1');
+	return $s;
+}
+
+sub sql_state
+{
+	my ($s, $query) = @_;
+	$s->{stderr} = '';
+	$s->query($query);
+	my $state = $s->{stderr} =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : 'ok';
+	$s->{stderr} = '';
+	return $state;
 }
 
 sub repo_file

@@ -335,27 +335,6 @@ for my $from (grep { $_ ne $new } ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.
 my $in_savepoints = q{SAVEPOINT a; ALTER EXTENSION redpacket UPDATE TO '1.6'; RELEASE a;
 SAVEPOINT b; ALTER EXTENSION redpacket UPDATE; RELEASE b};
 
-# A session of $db in a REPEATABLE READ transaction that took its snapshot.
-sub old_snapshot
-{
-	my $r = $node->background_psql($db, on_error_stop => 0);
-	$r->query_safe('\set VERBOSITY sqlstate');
-	$r->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
-	$r->query_safe('SELECT count(*) FROM redpacket.claim');
-	return $r;
-}
-
-# The SQLSTATE a statement fails with in a session, or 'ok'.
-sub sql_state
-{
-	my ($r, $q) = @_;
-	$r->{stderr} = '';
-	$r->query($q);
-	my $state = $r->{stderr} =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : 'ok';
-	$r->{stderr} = '';
-	return $state;
-}
-
 sub update_after_claims
 {
 	my ($name, $update) = @_;
@@ -364,7 +343,7 @@ sub update_after_claims
 	sql("CREATE EXTENSION redpacket VERSION '1.3'", $db);
 	my $act = sql("SELECT redpacket.rp_create_activity(10.00, stripes => 2)", $db);
 	my $old = sql("SELECT claim_id FROM redpacket.rp_claim($act, 'before', 1.00)", $db);
-	my ($reader, $tracker) = map { old_snapshot() } 1 .. 2;
+	my ($reader, $tracker) = map { RedpacketTest::rr_session($node, $db) } 1 .. 2;
 	my $s = $node->background_psql($db);
 	$s->query_safe('BEGIN');
 	$s->query_safe('SELECT now()');
@@ -372,15 +351,15 @@ sub update_after_claims
 	$s->query_safe($update);
 	$s->query_safe('COMMIT');
 	$s->quit;
-	is(sql_state($reader, 'SELECT count(*) FROM redpacket.rp_pending_credits()'), '40001',
+	is(RedpacketTest::sql_state($reader, 'SELECT count(*) FROM redpacket.rp_pending_credits()'), '40001',
 		"$name: a snapshot from before the update is refused (it would list the untracked claims)");
-	is(sql_state($tracker, 'SELECT redpacket.rp_track_claims()'), '40001',
+	is(RedpacketTest::sql_state($tracker, 'SELECT redpacket.rp_track_claims()'), '40001',
 		"$name: and cannot bring in claims it does not see as untracked");
 	$tracker->quit;
 	$reader->{stderr} = '';
 	$reader->query_safe('ROLLBACK');
 	$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
-	is(sql_state($reader, "SELECT redpacket.rp_reverse($act, $old, 'never paid')"), '55000',
+	is(RedpacketTest::sql_state($reader, "SELECT redpacket.rp_reverse($act, $old, 'never paid')"), '55000',
 		"$name: an untracked claim cannot be reversed");
 	$reader->{stderr} = '';
 	$reader->query_safe('ROLLBACK');

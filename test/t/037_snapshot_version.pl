@@ -26,35 +26,14 @@ sql("CREATE EXTENSION redpacket VERSION '1.6'");
 # an activity with a pending claim, so that the listing reads the catalog
 sql("SELECT redpacket.rp_claim(redpacket.rp_create_activity(10.00, stripes => 2), 'u', 1.00)");
 
-# A session in a REPEATABLE READ transaction that has taken its snapshot.
-sub old_snapshot
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY sqlstate');
-	$s->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
-	$s->query_safe('SELECT 1');
-	return $s;
-}
-
-# The SQLSTATE a statement fails with in the session, or 'ok'.
-sub state_of
-{
-	my ($s, $q) = @_;
-	$s->{stderr} = '';
-	$s->query($q);
-	my $state = $s->{stderr} =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : 'ok';
-	$s->{stderr} = '';
-	return $state;
-}
-
 my $pending = 'SELECT count(*) FROM redpacket.rp_pending_credits()';
 
-my $s = old_snapshot();
+my $s = RedpacketTest::rr_session($node, 'postgres');
 $s->query_safe('SAVEPOINT s');
 $s->query_safe('ALTER EXTENSION redpacket UPDATE');
-is(state_of($s, $pending), 'ok', 'the transaction that updates is served the new version');
+is(RedpacketTest::sql_state($s, $pending), 'ok', 'the transaction that updates is served the new version');
 $s->query_safe('ROLLBACK TO s');
-is(state_of($s, $pending), 'ok', 'and, the update rolled back to a savepoint, the old one');
+is(RedpacketTest::sql_state($s, $pending), 'ok', 'and, the update rolled back to a savepoint, the old one');
 $s->query_safe('COMMIT');
 is(sql("SELECT extversion FROM pg_extension WHERE extname = 'redpacket'"), '1.6',
 	'the update did not happen');
@@ -67,31 +46,31 @@ $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY sqlstate');
 $s->query_safe('BEGIN');
 $s->query_safe('ALTER EXTENSION redpacket UPDATE');
-is(state_of($s, $pending), 'ok', 'the transaction that updates is served');
+is(RedpacketTest::sql_state($s, $pending), 'ok', 'the transaction that updates is served');
 $s->query_safe(q{PREPARE TRANSACTION 'up'});
 $s->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
-is(state_of($s, $pending), 'ok', 'after PREPARE TRANSACTION the session is served the installed version');
+is(RedpacketTest::sql_state($s, $pending), 'ok', 'after PREPARE TRANSACTION the session is served the installed version');
 $s->query_safe('COMMIT');
 sql(q{ROLLBACK PREPARED 'up'});
 $s->quit;
 
-my $t = old_snapshot();
-is(state_of($t, $pending), 'ok', 'a snapshot of the installed version is served');
+my $t = RedpacketTest::rr_session($node, 'postgres');
+is(RedpacketTest::sql_state($t, $pending), 'ok', 'a snapshot of the installed version is served');
 sql(q{UPDATE pg_catalog.pg_extension SET extowner = extowner WHERE extname = 'redpacket'});
 # a change of redpacket.activity's row: an invalidation that makes the
 # library read the version again
 sql('CREATE ROLE probe; GRANT SELECT ON redpacket.activity TO probe');
 $t->query_safe('SELECT count(*) FROM redpacket.activity');    # takes the invalidation in
-is(state_of($t, $pending), 'ok', 'also after a change of the row that keeps the version');
+is(RedpacketTest::sql_state($t, $pending), 'ok', 'also after a change of the row that keeps the version');
 $t->query_safe('COMMIT');
 $t->quit;
 
-my $old = old_snapshot();
+my $old = RedpacketTest::rr_session($node, 'postgres');
 sql('ALTER EXTENSION redpacket UPDATE');
-is(state_of($old, $pending), '40001', 'a snapshot from before an update is refused');
-is(state_of($old, 'ROLLBACK'), 'ok', 'and its retry');
+is(RedpacketTest::sql_state($old, $pending), '40001', 'a snapshot from before an update is refused');
+is(RedpacketTest::sql_state($old, 'ROLLBACK'), 'ok', 'and its retry');
 $old->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
-is(state_of($old, $pending), 'ok', 'sees the new version and is served');
+is(RedpacketTest::sql_state($old, $pending), 'ok', 'sees the new version and is served');
 $old->query_safe('COMMIT');
 $old->quit;
 
